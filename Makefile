@@ -1,0 +1,62 @@
+# Developer entry points. Everything runs from the checkout with .venv/bin/python; the launcher
+# (controlplane/launcher.py) starts embedded PostgreSQL/Redis when DATABASE_URL/REDIS_URL are unset.
+#
+#   make demo                      # dashboard on http://127.0.0.1:8000/ (PORT=8001 make demo)
+#   make test                      # whole suite
+#   make test PYTEST_ARGS="-k foo" # a subset
+#   make lint | make clean | make distclean
+
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test services lint clean distclean
+
+venv: $(STAMP)
+
+# Re-installs only when pyproject.toml changed since the last successful install. pip's cache is
+# kept on purpose (no --no-cache-dir): re-creating the venv must not download everything again.
+# Editable install: [tool.setuptools] packages = [] means only the dependencies get installed and
+# the apps are always imported from this checkout.
+$(STAMP): pyproject.toml
+	@set -e; \
+	if [ ! -x "$(PY)" ]; then \
+		base=""; \
+		for cand in python3 python3.13 python3.12 python3.11; do \
+			if command -v $$cand >/dev/null 2>&1 && \
+			   $$cand -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+				base=$$cand; break; \
+			fi; \
+		done; \
+		if [ -z "$$base" ]; then echo "error: Python 3.11+ is required (python3 is too old or missing)" >&2; exit 1; fi; \
+		echo "creating $(VENV) with $$(command -v $$base) ($$($$base --version))"; \
+		$$base -m venv $(VENV); \
+	fi
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e ".[test]"
+	@touch $(STAMP)
+
+demo: venv
+	$(PY) -m controlplane.launcher demo
+
+test: venv
+	$(PY) -m controlplane.launcher test $(PYTEST_ARGS)
+
+# Only PostgreSQL + Redis (embedded unless DATABASE_URL/REDIS_URL are set), until Ctrl-C.
+services: venv
+	$(PY) -m controlplane.launcher services
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+# Caches and build leftovers only: the demo database and secrets in .data/ survive.
+clean:
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0r rm -rf
+	rm -rf .pytest_cache .ruff_cache test-artifacts build *.egg-info
+
+# Everything generated, including the virtualenv and .data/ (embedded database, logs, passwords).
+distclean: clean
+	rm -rf $(VENV) .data

@@ -1,0 +1,1 @@
+"""Arrives in a later issue (see docs/)."""

@@ -1,0 +1,46 @@
+"""Shared Redis clients and key naming. Every key starts with ``settings.REDIS_KEY_PREFIX``."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+_sync_client: redis.Redis | None = None
+_sync_lock = threading.Lock()
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = weakref.WeakKeyDictionary()
+
+
+def key(*parts: str) -> str:
+    return settings.REDIS_KEY_PREFIX + ":".join(parts)
+
+
+def sync_client() -> redis.Redis:
+    global _sync_client
+    if _sync_client is None:
+        with _sync_lock:
+            if _sync_client is None:
+                _sync_client = redis.Redis.from_url(
+                    settings.REDIS_URL, decode_responses=True, socket_timeout=5, socket_connect_timeout=5,
+                    health_check_interval=30,
+                )
+    return _sync_client
+
+
+def async_client() -> aioredis.Redis:
+    """One client per event loop: redis.asyncio connections are bound to the loop that made them."""
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(loop)
+    if client is None:
+        # A bounded pool that makes callers wait for a connection instead of failing under bursts.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.REDIS_URL, decode_responses=True, socket_timeout=10, socket_connect_timeout=5,
+            max_connections=64, timeout=10,
+        )
+        client = aioredis.Redis(connection_pool=pool)
+        _async_clients[loop] = client
+    return client

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class NameserverConfig(AppConfig):
+    name = "nameserver"
+    verbose_name = "Nameserver"

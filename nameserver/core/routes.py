@@ -1,0 +1,73 @@
+"""Topic routes as clients see them (reference §3.2, §3.5): ``pickupTopicRouteData``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from . import perm as P
+from .values import MASTER_ID, SYNC_BROKER_MEMBER_GROUP_PREFIX, Group, QueueData
+
+
+@dataclass(frozen=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: Mapping[int, str]
+    zone_name: str = ""
+    enable_acting_master: bool = False
+    acting_master: bool = False  # ours, for operators: id 0 here is a slave standing in, read-only
+
+
+@dataclass(frozen=True)
+class TopicRouteData:
+    queue_datas: tuple[QueueData, ...]
+    broker_datas: tuple[BrokerData, ...]
+
+
+def pickup_route(
+    topic: str,
+    queue_datas: Sequence[QueueData],
+    groups: Mapping[str, Group],
+    *,
+    support_acting_master: bool,
+) -> TopicRouteData | None:
+    """The route of ``topic``, or None when it has no queue data or no live broker set."""
+    if not queue_datas:
+        return None
+    broker_datas = [
+        BrokerData(
+            cluster=g.cluster_name,
+            broker_name=g.broker_name,
+            broker_addrs=dict(sorted(g.broker_addrs.items())),
+            zone_name=g.zone_name,
+            enable_acting_master=bool(g.enable_acting_master),
+        )
+        for name in sorted({qd.broker_name for qd in queue_datas})
+        if (g := groups.get(name)) is not None and g.members
+    ]
+    if not broker_datas:
+        return None
+    if support_acting_master and not topic.startswith(SYNC_BROKER_MEMBER_GROUP_PREFIX):
+        perms = {qd.broker_name: qd.perm for qd in queue_datas}
+        broker_datas = [_substitute_acting_master(bd, perms.get(bd.broker_name)) for bd in broker_datas]
+    return TopicRouteData(tuple(sorted(queue_datas, key=lambda q: q.broker_name)), tuple(broker_datas))
+
+
+def _substitute_acting_master(bd: BrokerData, topic_perm: int | None) -> BrokerData:
+    """A masterless set with acting master enabled and a read-only queue shows its smallest live
+    slave id as id 0 (the code says "minimum id", the RIP says "brokerId 1")."""
+    addrs = dict(bd.broker_addrs)
+    if not addrs or MASTER_ID in addrs or not bd.enable_acting_master:
+        return bd
+    if topic_perm is None or P.is_writeable(topic_perm):
+        return bd
+    acting_addr = addrs.pop(min(addrs))
+    return BrokerData(
+        cluster=bd.cluster,
+        broker_name=bd.broker_name,
+        broker_addrs={MASTER_ID: acting_addr, **dict(sorted(addrs.items()))},
+        zone_name=bd.zone_name,
+        enable_acting_master=bd.enable_acting_master,
+        acting_master=True,
+    )

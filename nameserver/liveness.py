@@ -1,0 +1,160 @@
+"""Broker liveness in Redis (reference §3.4): the heartbeat path never touches Postgres.
+
+A live broker is a member ``"<cluster>/<addr>"`` (the live table is keyed by cluster and address)
+with its timeout in hash ``ns:timeout`` and its deadline (last heartbeat + timeout, in Redis server
+milliseconds) in sorted set ``ns:deadline``. Using Redis's clock for every stamp and every check
+means several control-plane processes never disagree about who expired.
+``ns:conn`` maps a member to the Channels name of its websocket, for pushes and close handling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from controlplane.redis import async_client, key, sync_client
+
+_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+# KEYS: timeout hash, deadline zset, conn hash. ARGV: member, channel, member, channel, ...
+# Refreshes each registered member and, when a channel is given, binds the member to that websocket.
+# Returns 1/0 per member (0: not registered; nothing is bound then).
+_HEARTBEAT = _NOW_MS + """
+local out = {}
+for i = 1, #ARGV, 2 do
+  local m, channel = ARGV[i], ARGV[i + 1]
+  local timeout = redis.call('HGET', KEYS[1], m)
+  if timeout then
+    redis.call('ZADD', KEYS[2], now + tonumber(timeout), m)
+    if channel ~= '' then redis.call('HSET', KEYS[3], m, channel) end
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
+"""
+
+# KEYS: timeout hash, deadline zset. ARGV: member, timeout ms.
+_MARK_REGISTERED = _NOW_MS + """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+return now
+"""
+
+# KEYS: deadline zset. Returns members whose deadline has passed.
+_EXPIRED = _NOW_MS + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
+
+# KEYS: deadline zset. ARGV: member. 1 when the member has no deadline or it has passed.
+_IS_EXPIRED = _NOW_MS + """
+local d = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if (not d) or tonumber(d) < now then return 1 end
+return 0
+"""
+
+# KEYS: conn hash. ARGV: member, channel. Delete only if the member is still bound to that channel.
+_RELEASE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+def member(cluster_name: str, broker_addr: str) -> str:
+    return f"{cluster_name}/{broker_addr}"
+
+
+def split_member(value: str) -> tuple[str, str]:
+    cluster, _, addr = value.partition("/")
+    return cluster, addr
+
+
+def _keys() -> tuple[str, str, str]:
+    return key("ns", "timeout"), key("ns", "deadline"), key("ns", "conn")
+
+
+def mark_registered(cluster_name: str, broker_addr: str, timeout_millis: int) -> int:
+    """Start (or refresh) liveness at registration; returns Redis's clock in ms."""
+    t, d, _ = _keys()
+    return int(sync_client().eval(_MARK_REGISTERED, 2, t, d, member(cluster_name, broker_addr), timeout_millis))
+
+
+def heartbeat(members: Sequence[str]) -> list[bool]:
+    """Refresh liveness of registered members; False for a member the nameserver does not know."""
+    if not members:
+        return []
+    args = [x for m in members for x in (m, "")]
+    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 3, *_keys(), *args)]
+
+
+async def heartbeat_async(beats: Sequence[tuple[str, str]]) -> list[bool]:
+    """Heartbeats of (member, websocket channel or "") pairs in one round trip; a registered
+    member with a channel is also bound to it (pushes and close handling find it there)."""
+    if not beats:
+        return []
+    args = [x for pair in beats for x in pair]
+    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 3, *_keys(), *args)]
+
+
+def forget(members: Iterable[str]) -> None:
+    members = list(members)
+    if not members:
+        return
+    t, d, c = _keys()
+    pipe = sync_client().pipeline(transaction=True)
+    pipe.hdel(t, *members)
+    pipe.zrem(d, *members)
+    pipe.hdel(c, *members)
+    pipe.execute()
+
+
+def expired_members() -> list[str]:
+    _, d, _ = _keys()
+    return list(sync_client().eval(_EXPIRED, 1, d))
+
+
+def is_expired(value: str) -> bool:
+    _, d, _ = _keys()
+    return bool(sync_client().eval(_IS_EXPIRED, 1, d, value))
+
+
+def last_heartbeats(members: Sequence[str]) -> dict[str, tuple[int, int] | None]:
+    """member -> (last heartbeat ms, deadline ms) as Redis's clock saw them, or None if not live."""
+    if not members:
+        return {}
+    t, d, _ = _keys()
+    pipe = sync_client().pipeline(transaction=False)
+    pipe.hmget(t, list(members))
+    pipe.zmscore(d, list(members))
+    timeouts, deadlines = pipe.execute()
+    out: dict[str, tuple[int, int] | None] = {}
+    for m, timeout, deadline in zip(members, timeouts, deadlines, strict=True):
+        out[m] = None if timeout is None or deadline is None else (int(deadline) - int(timeout), int(deadline))
+    return out
+
+
+def acquire_scan_slot(interval_millis: int) -> bool:
+    """At most one inactive-broker scan per interval across every beat and worker."""
+    return bool(sync_client().set(key("ns", "scan-slot"), "1", nx=True, px=max(1, interval_millis - 50)))
+
+
+async def bind_connection(value: str, channel_name: str) -> None:
+    await async_client().hset(_keys()[2], value, channel_name)
+
+
+async def release_connection(value: str, channel_name: str) -> bool:
+    """Unbind a closing websocket; False when the broker has meanwhile reconnected elsewhere."""
+    return bool(await async_client().eval(_RELEASE, 1, _keys()[2], value, channel_name))
+
+
+def connections(members: Sequence[str]) -> dict[str, str]:
+    if not members:
+        return {}
+    channels = sync_client().hmget(_keys()[2], list(members))
+    return {m: c for m, c in zip(members, channels, strict=True) if c}
+
+
+def live_members() -> set[str]:
+    """Every member the live table holds (expired or not)."""
+    return set(sync_client().hkeys(_keys()[0]))

@@ -1,0 +1,78 @@
+"""The nameserver's durable registry (reference §3.1). Liveness lives in Redis (``liveness.py``).
+
+``BrokerGroup`` is RocketMQ's ``BrokerData`` (the cluster table is derived from it), ``BrokerMember``
+an entry of ``brokerAddrs`` with the durable part of its live-table entry, ``TopicQueue`` a
+``QueueData`` of ``topicQueueTable``.
+"""
+
+from django.db import models
+from django.db.models import F, Q
+
+
+class BrokerGroup(models.Model):
+    cluster_name = models.CharField(max_length=255, db_index=True)
+    broker_name = models.CharField(max_length=255, unique=True)
+    zone_name = models.CharField(max_length=255, blank=True, default="")
+    # None: registered by a broker that predates RIP-32.
+    enable_acting_master = models.BooleanField(null=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster_name", "broker_name"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_name}/{self.broker_name}"
+
+
+class BrokerMember(models.Model):
+    group = models.ForeignKey(BrokerGroup, on_delete=models.CASCADE, related_name="members")
+    broker_id = models.BigIntegerField()
+    broker_addr = models.CharField(max_length=255)
+    ha_server_addr = models.CharField(max_length=255, blank=True, default="")
+    heartbeat_timeout_millis = models.IntegerField()
+    state_version = models.BigIntegerField(default=0)
+    data_version_counter = models.BigIntegerField(default=0)
+    data_version_timestamp = models.BigIntegerField(default=0)
+    registered_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["group_id", "broker_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["group", "broker_id"], name="member_unique_id_in_group"),
+            models.UniqueConstraint(fields=["group", "broker_addr"], name="member_unique_addr_in_group"),
+            models.CheckConstraint(condition=Q(broker_id__gte=0), name="member_broker_id_not_negative"),
+            models.CheckConstraint(condition=Q(heartbeat_timeout_millis__gt=0), name="member_timeout_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.group.broker_name}[{self.broker_id}]@{self.broker_addr}"
+
+
+class TopicQueue(models.Model):
+    topic = models.CharField(max_length=255, db_index=True)
+    group = models.ForeignKey(BrokerGroup, on_delete=models.CASCADE, related_name="queue_datas")
+    read_queue_nums = models.IntegerField()
+    write_queue_nums = models.IntegerField()
+    perm = models.SmallIntegerField()
+    topic_sys_flag = models.IntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["topic", "group_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "group"], name="queue_unique_topic_group"),
+            models.CheckConstraint(condition=Q(perm__gte=0) & Q(perm__lt=8), name="queue_perm_valid"),
+            models.CheckConstraint(
+                condition=Q(read_queue_nums__gte=0) & Q(write_queue_nums__gte=0), name="queue_nums_not_negative"
+            ),
+        ]
+        indexes = [models.Index(F("group"), name="queue_by_group")]
+
+
+class NamesrvConfigEntry(models.Model):
+    """An operator's override of one ``NamesrvConfig`` key; absent keys take RocketMQ's default."""
+
+    key = models.CharField(max_length=100, primary_key=True)
+    value = models.JSONField()
+    updated_at = models.DateTimeField(auto_now=True)

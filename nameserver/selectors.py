@@ -1,0 +1,86 @@
+"""Reads of the registry. Values returned are the pure core's (``nameserver.core.values``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from . import liveness
+from .core.routes import TopicRouteData, pickup_route
+from .core.values import DataVersion, Group, Member, QueueData
+from .models import BrokerGroup, BrokerMember, TopicQueue
+from .settings_store import current_config
+
+
+def member_value(m: BrokerMember) -> Member:
+    return Member(
+        broker_id=m.broker_id,
+        broker_addr=m.broker_addr,
+        ha_server_addr=m.ha_server_addr,
+        data_version=DataVersion(m.state_version, m.data_version_counter, m.data_version_timestamp),
+        heartbeat_timeout_millis=m.heartbeat_timeout_millis,
+    )
+
+
+def group_value(row: BrokerGroup, members: Iterable[BrokerMember] | None = None) -> Group:
+    if members is None:
+        members = BrokerMember.objects.filter(group=row).order_by("broker_id")
+    return Group(
+        cluster_name=row.cluster_name,
+        broker_name=row.broker_name,
+        zone_name=row.zone_name,
+        enable_acting_master=row.enable_acting_master,
+        members=tuple(member_value(m) for m in sorted(members, key=lambda m: m.broker_id)),
+    )
+
+
+def queue_value(q: TopicQueue, broker_name: str) -> QueueData:
+    return QueueData(broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
+
+
+def groups_by_name(names: Iterable[str] | None = None) -> dict[str, Group]:
+    rows = BrokerGroup.objects.prefetch_related("members").order_by("broker_name")
+    if names is not None:
+        rows = rows.filter(broker_name__in=list(names))
+    return {r.broker_name: group_value(r, r.members.all()) for r in rows}
+
+
+def topic_route(topic: str) -> TopicRouteData | None:
+    """``GET_ROUTEINFO_BY_TOPIC`` as clients see it, acting-master substitution included."""
+    queues = list(TopicQueue.objects.filter(topic=topic).select_related("group"))
+    if not queues:
+        return None
+    groups = {
+        r.broker_name: group_value(r, r.members.all())
+        for r in BrokerGroup.objects.filter(id__in={q.group_id for q in queues}).prefetch_related("members")
+    }
+    return pickup_route(
+        topic,
+        [queue_value(q, q.group.broker_name) for q in queues],
+        groups,
+        support_acting_master=current_config().support_acting_master,
+    )
+
+
+def member_group(broker_name: str) -> Group | None:
+    """``GET_BROKER_MEMBER_GROUP``: looked up by brokerName only, as RocketMQ does."""
+    return groups_by_name([broker_name]).get(broker_name)
+
+
+def cluster_info() -> dict[str, Group]:
+    return groups_by_name()
+
+
+def topics(cluster_name: str | None = None) -> dict[str, list[QueueData]]:
+    qs = TopicQueue.objects.select_related("group").order_by("topic", "group__broker_name")
+    if cluster_name:
+        qs = qs.filter(group__cluster_name=cluster_name)
+    out: dict[str, list[QueueData]] = {}
+    for q in qs:
+        out.setdefault(q.topic, []).append(queue_value(q, q.group.broker_name))
+    return out
+
+
+def liveness_of(groups: Iterable[Group]) -> dict[str, tuple[int, int] | None]:
+    """member key -> (last heartbeat ms, deadline ms) for every member of ``groups``."""
+    members = [liveness.member(g.cluster_name, m.broker_addr) for g in groups for m in g.members]
+    return liveness.last_heartbeats(members)

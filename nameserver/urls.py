@@ -1,0 +1,19 @@
+from django.urls import path
+
+from . import views
+
+app_name = "nameserver"
+
+urlpatterns = [
+    path("brokers/register", views.RegisterBrokerView.as_view(), name="register"),
+    path("brokers/unregister", views.UnregisterBrokerView.as_view(), name="unregister"),
+    path("brokers/heartbeat", views.HeartbeatView.as_view(), name="heartbeat"),
+    path("brokers/member-group", views.MemberGroupView.as_view(), name="member-group"),
+    path("brokers/<str:broker_name>/wipe-write-perm", views.WritePermView.as_view(writeable=False), name="wipe-write-perm"),
+    path("brokers/<str:broker_name>/add-write-perm", views.WritePermView.as_view(writeable=True), name="add-write-perm"),
+    path("cluster-info", views.ClusterInfoView.as_view(), name="cluster-info"),
+    path("routes/<str:topic>", views.TopicRouteView.as_view(), name="route"),
+    path("topics", views.TopicListView.as_view(), name="topics"),
+    path("topics/<str:topic>", views.TopicDetailView.as_view(), name="topic"),
+    path("config", views.ConfigView.as_view(), name="config"),
+]

@@ -1,0 +1,82 @@
+"""JSON shapes of nameserver values, as RocketMQ names them (``TopicRouteData``, ``BrokerData`` ...)."""
+
+from __future__ import annotations
+
+from .core.routes import BrokerData, TopicRouteData
+from .core.values import Group, QueueData
+from .liveness import member
+
+
+def queue_data(q: QueueData) -> dict:
+    return {
+        "brokerName": q.broker_name,
+        "readQueueNums": q.read_queue_nums,
+        "writeQueueNums": q.write_queue_nums,
+        "perm": q.perm,
+        "topicSysFlag": q.topic_sys_flag,
+    }
+
+
+def broker_data(b: BrokerData) -> dict:
+    return {
+        "cluster": b.cluster,
+        "brokerName": b.broker_name,
+        "brokerAddrs": {str(k): v for k, v in b.broker_addrs.items()},
+        "zoneName": b.zone_name,
+        "enableActingMaster": b.enable_acting_master,
+        "actingMaster": b.acting_master,
+    }
+
+
+def topic_route(route: TopicRouteData) -> dict:
+    return {
+        "orderTopicConf": None,
+        "queueDatas": [queue_data(q) for q in route.queue_datas],
+        "brokerDatas": [broker_data(b) for b in route.broker_datas],
+        "filterServerTable": {},
+    }
+
+
+def member_group(group: Group) -> dict:
+    """``BrokerMemberGroup``."""
+    return {
+        "cluster": group.cluster_name,
+        "brokerName": group.broker_name,
+        "brokerAddrs": {str(m.broker_id): m.broker_addr for m in group.members},
+    }
+
+
+def cluster_info(groups: dict[str, Group], live: dict[str, tuple[int, int] | None]) -> dict:
+    """``ClusterInfo`` plus, per member, what the live table knows (ours, for operators)."""
+    clusters: dict[str, list[str]] = {}
+    for g in groups.values():
+        clusters.setdefault(g.cluster_name, []).append(g.broker_name)
+    return {
+        "brokerAddrTable": {
+            name: {
+                "cluster": g.cluster_name,
+                "brokerName": g.broker_name,
+                "brokerAddrs": {str(m.broker_id): m.broker_addr for m in g.members},
+                "zoneName": g.zone_name,
+                "enableActingMaster": bool(g.enable_acting_master),
+                "members": [
+                    {
+                        "brokerId": m.broker_id,
+                        "brokerAddr": m.broker_addr,
+                        "haServerAddr": m.ha_server_addr,
+                        "heartbeatTimeoutMillis": m.heartbeat_timeout_millis,
+                        "dataVersion": {
+                            "stateVersion": m.data_version.state_version,
+                            "counter": m.data_version.counter,
+                            "timestamp": m.data_version.timestamp,
+                        },
+                        "lastUpdateTimestamp": (lv := live.get(member(g.cluster_name, m.broker_addr))) and lv[0],
+                        "expiresAt": lv and lv[1],
+                    }
+                    for m in g.members
+                ],
+            }
+            for name, g in groups.items()
+        },
+        "clusterAddrTable": {c: sorted(names) for c, names in sorted(clusters.items())},
+    }

@@ -1,0 +1,71 @@
+"""Shared fixtures. Postgres and Redis are real; a missing service fails the run loudly."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from controlplane.auth import forget_cached_tokens
+from controlplane.models import ApiToken, TokenScope
+
+
+def pytest_sessionstart(session):
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        pytest.exit(f"Redis at {settings.REDIS_URL} is not reachable ({exc}); run the tests with "
+                    "`make test`, which starts an embedded one, or set REDIS_URL.", returncode=3)
+    assert settings.REDIS_KEY_PREFIX.startswith("rmqha-test"), "tests must run with controlplane.settings_test"
+
+
+def _clear_redis() -> None:
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = list(client.scan_iter(settings.REDIS_KEY_PREFIX + "*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def clean_state():
+    """Every test starts with empty liveness, channel-layer and Celery keys, and empty caches."""
+    from nameserver import settings_store
+
+    _clear_redis()
+    forget_cached_tokens()
+    settings_store.invalidate()
+    yield
+    settings_store.invalidate()
+    forget_cached_tokens()
+
+
+def _token(scope: str, name: str, cluster: str = "") -> str:
+    return ApiToken.issue(name, scope, cluster)[1]
+
+
+@pytest.fixture
+def admin_token(db) -> str:
+    return _token(TokenScope.ADMIN, "test-admin")
+
+
+@pytest.fixture
+def broker_token(db) -> str:
+    return _token(TokenScope.BROKER, "test-broker")
+
+
+@pytest.fixture
+def read_token(db) -> str:
+    return _token(TokenScope.READ, "test-read")
+
+
+@pytest.fixture
+def api(admin_token) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {admin_token}")
+    return client
+
+
+@pytest.fixture
+def anon() -> APIClient:
+    return APIClient()

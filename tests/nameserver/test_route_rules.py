@@ -1,0 +1,55 @@
+"""Reference §3.5: acting-master substitution in ``pickupTopicRouteData``, one row per condition."""
+
+from __future__ import annotations
+
+import pytest
+
+from nameserver.core.routes import pickup_route
+from nameserver.core.values import Group, Member, QueueData
+
+A, B, C = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"
+
+
+def g(name: str, ids: dict[int, str], acting: bool | None = True) -> Group:
+    return Group("c1", name, "z1", acting, tuple(Member(i, a) for i, a in sorted(ids.items())))
+
+
+@pytest.mark.parametrize(
+    "topic, support, ids, acting, perm, expected_addrs, acting_flag",
+    [
+        pytest.param("T", True, {1: B, 2: C}, True, 4, {0: B, 2: C}, True, id="masterless-read-only-min-slave-becomes-0"),
+        pytest.param("T", True, {2: B, 3: C}, True, 4, {0: B, 3: C}, True, id="minimum-id-not-id-1"),
+        pytest.param("T", False, {1: B, 2: C}, True, 4, {1: B, 2: C}, False, id="support-acting-master-off"),
+        pytest.param("T", True, {1: B, 2: C}, True, 6, {1: B, 2: C}, False, id="writeable-queue-no-substitution"),
+        pytest.param("T", True, {1: B, 2: C}, False, 4, {1: B, 2: C}, False, id="set-without-acting-master"),
+        pytest.param("T", True, {1: B, 2: C}, None, 4, {1: B, 2: C}, False, id="old-version-set"),
+        pytest.param("T", True, {0: A, 1: B}, True, 4, {0: A, 1: B}, False, id="master-present"),
+        pytest.param("rmq_sys_SYNC_BROKER_MEMBER_b1", True, {1: B}, True, 4, {1: B}, False, id="member-group-topic"),
+    ],
+)
+def test_acting_master_substitution(topic, support, ids, acting, perm, expected_addrs, acting_flag):
+    route = pickup_route(topic, [QueueData("b1", 4, 4, perm)], {"b1": g("b1", ids, acting)}, support_acting_master=support)
+    (bd,) = route.broker_datas
+    assert dict(bd.broker_addrs) == expected_addrs
+    assert bd.acting_master is acting_flag
+    assert route.queue_datas[0].perm == perm  # the route never changes perms; registration did
+
+
+def test_substitution_is_per_broker_set():
+    groups = {"b1": g("b1", {1: B, 2: C}), "b2": g("b2", {0: A})}
+    route = pickup_route("T", [QueueData("b1", 1, 1, 4), QueueData("b2", 1, 1, 6)], groups, support_acting_master=True)
+    assert {bd.broker_name: dict(bd.broker_addrs) for bd in route.broker_datas} == {"b1": {0: B, 2: C}, "b2": {0: A}}
+
+
+def test_no_queue_data_means_no_route():
+    assert pickup_route("T", [], {"b1": g("b1", {0: A})}, support_acting_master=True) is None
+
+
+def test_queue_data_of_a_vanished_set_means_no_route():
+    assert pickup_route("T", [QueueData("gone", 1, 1, 6)], {}, support_acting_master=True) is None
+
+
+def test_route_does_not_mutate_the_registry_view():
+    groups = {"b1": g("b1", {1: B, 2: C})}
+    pickup_route("T", [QueueData("b1", 1, 1, 4)], groups, support_acting_master=True)
+    assert groups["b1"].broker_addrs == {1: B, 2: C}
