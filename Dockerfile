@@ -24,4 +24,4 @@ USER controlplane
 
 EXPOSE 8000
 CMD ["uvicorn", "controlplane.asgi:application", "--host", "0.0.0.0", "--port", "8000", \
-     "--ws", "websockets", "--loop", "uvloop", "--http", "httptools", "--no-access-log"]
+     "--ws", "websockets-sansio", "--ws-per-message-deflate", "false", "--loop", "uvloop", "--http", "httptools", "--no-access-log"]

@@ -62,12 +62,12 @@ def clear_redis_prefix(env: dict[str, str]) -> None:
 
 
 @contextmanager
-def server(env: dict[str, str], port: int, workers: int = 1):
+def server(env: dict[str, str], port: int, workers: int = 1, ws_impl: str = "websockets-sansio"):
     log = open(ROOT / ".data" / f"bench-uvicorn-{port}.log", "wb") if (ROOT / ".data").is_dir() else subprocess.DEVNULL
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", str(workers), "--ws", "websockets", "--loop", "uvloop", "--http", "httptools",
-         "--no-access-log", "--log-level", "warning"],
+         "--workers", str(workers), "--ws", ws_impl, "--ws-per-message-deflate", "false", "--loop", "uvloop",
+         "--http", "httptools", "--no-access-log", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import logging
+import multiprocessing
 import os
 import sys
 import time
@@ -96,26 +97,39 @@ async def ws_phase(base: str, token: str, addrs: list[str], interval: float, sec
                 completed_in_window += 1
             next_at += interval
 
-    route_latencies: list[float] = []
-
-    async def routes() -> None:
-        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
-            next_at = measure_from
-            while next_at < stop_at:
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                t0 = time.monotonic()
-                r = await client.get("/api/v1/nameserver/routes/BenchTopic")
-                r.raise_for_status()
-                route_latencies.append((time.monotonic() - t0) * 1000)
-                next_at += 1 / route_rate
+    # Routes are asked by other clients than the brokers: a separate process, so that the load
+    # generator's busy event loop does not count as route latency.
+    ctx = multiprocessing.get_context("spawn")
+    parent_end, child_end = ctx.Pipe(duplex=False)
+    wall_offset = time.time() - time.monotonic()
+    prober = ctx.Process(target=route_prober, args=(base, token, measure_from + wall_offset, stop_at + wall_offset,
+                                                    route_rate, child_end))
+    prober.start()
 
     n = len(addrs)
     pairs = enumerate(zip(sockets, addrs, strict=True))
-    await asyncio.gather(routes(), *(broker(ws, a, interval * i / n) for i, (ws, a) in pairs))
+    await asyncio.gather(*(broker(ws, a, interval * i / n) for i, (ws, a) in pairs))
     await asyncio.gather(*(ws.close() for ws in sockets))
+    route_latencies = await asyncio.to_thread(parent_end.recv)
+    prober.join(timeout=30)
     return completed_in_window / seconds, latencies, route_latencies, failures
+
+
+def route_prober(base: str, token: str, start_wall: float, stop_wall: float, rate: float, out) -> None:
+    """GET /routes/BenchTopic at a steady rate between two wall-clock instants; sends the latencies."""
+    latencies = []
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+        next_at = start_wall
+        while next_at < stop_wall:
+            delay = next_at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            t0 = time.perf_counter()
+            r = client.get("/api/v1/nameserver/routes/BenchTopic")
+            r.raise_for_status()
+            latencies.append((time.perf_counter() - t0) * 1000)
+            next_at += 1 / rate
+    out.send(latencies)
 
 
 async def rest_phase(base: str, token: str, addrs: list[str], seconds: float, concurrency: int) -> float:
@@ -143,12 +157,14 @@ async def rest_phase(base: str, token: str, addrs: list[str], seconds: float, co
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--brokers", type=int, default=1000)
-    p.add_argument("--interval", type=float, default=0.2, help="seconds between heartbeats of one broker")
+    p.add_argument("--interval", type=float, default=0.19, help="seconds between heartbeats of one broker")
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--route-rate", type=float, default=50.0, help="route queries per second during the ws phase")
     p.add_argument("--rest-concurrency", type=int, default=16)
-    p.add_argument("--workers", type=int, default=int(os.environ.get("BENCH_WORKERS", "1")))
+    p.add_argument("--workers", type=int, default=int(os.environ.get("BENCH_WORKERS", "2")),
+                   help="uvicorn worker processes (the control plane is stateless)")
     p.add_argument("--port", type=int, default=18765)
+    p.add_argument("--ws-impl", default="websockets-sansio", choices=["websockets", "websockets-sansio", "wsproto"])
     args = p.parse_args()
 
     env = bench_env("heartbeats")
@@ -159,8 +175,8 @@ def main() -> None:
     from controlplane.models import ApiToken
 
     _, token = ApiToken.issue("bench", "admin")
-    with server(env, args.port, args.workers) as base:
-        log(f"control plane up at {base} ({args.workers} worker(s)); registering {args.brokers} brokers")
+    with server(env, args.port, args.workers, args.ws_impl) as base:
+        log(f"control plane up at {base} ({args.workers} worker(s), {args.ws_impl}); registering {args.brokers} brokers")
         addrs = asyncio.run(register_all(base, token, args.brokers))
         log(f"REST phase: {args.rest_concurrency} concurrent clients, {args.seconds:.0f} s")
         rest_rate = asyncio.run(rest_phase(base, token, addrs, args.seconds, args.rest_concurrency))

@@ -653,7 +653,7 @@ def cmd_demo(port: int) -> int:
         py = sys.executable
         beat_schedule = DATA_DIR / "celerybeat-schedule"
         uvicorn = "-m uvicorn controlplane.asgi:application --host 127.0.0.1 --port"
-        web_flags = "--ws websockets --loop uvloop --http httptools --no-access-log"
+        web_flags = "--ws websockets-sansio --ws-per-message-deflate false --loop uvloop --http httptools --no-access-log"
         specs = [
             ("web", [py, *uvicorn.split(), str(port), *web_flags.split()]),
             ("worker", [py, *"-m celery -A controlplane worker -l INFO --concurrency 2 -Q celery".split()]),

@@ -93,7 +93,14 @@ TEMPLATES = [
 ]
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rocketmq_ha")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+# A psycopg 3 connection pool per process (Django 5.1+). Persistent per-thread connections leak under
+# ASGI, where each request runs in a thread of its own: 1,000 brokers exhausted Postgres's 100 slots.
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+    "min_size": 1,
+    "max_size": int(os.environ.get("DATABASE_POOL_SIZE", "10")),
+    "timeout": 10,
+}
 DATABASES["default"].setdefault("TEST", {})
 if os.environ.get("DATABASE_TEST_NAME"):
     DATABASES["default"]["TEST"]["NAME"] = os.environ["DATABASE_TEST_NAME"]
@@ -139,6 +146,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every request without it
 STATICFILES_DIRS = [BASE_DIR / "static"]
 WHITENOISE_USE_FINDERS = True
 

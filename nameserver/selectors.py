@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
-from . import liveness
+from . import liveness, route_cache, wire
 from .core.routes import TopicRouteData, pickup_route
 from .core.values import DataVersion, Group, Member, QueueData
 from .models import BrokerGroup, BrokerMember, TopicQueue
@@ -46,6 +47,23 @@ def groups_by_name(names: Iterable[str] | None = None) -> dict[str, Group]:
 
 def topic_route(topic: str) -> TopicRouteData | None:
     """``GET_ROUTEINFO_BY_TOPIC`` as clients see it, acting-master substitution included."""
+    support = current_config().support_acting_master
+    return route_cache.cached(("route", topic, support), lambda: _topic_route(topic, support))
+
+
+def topic_route_json(topic: str) -> bytes | None:
+    """The same route rendered as JSON, cached as bytes: a topic spread over hundreds of broker
+    sets costs milliseconds to render, and clients ask for routes every 30 s each."""
+    support = current_config().support_acting_master
+
+    def render() -> bytes | None:
+        route = topic_route(topic)
+        return None if route is None else json.dumps(wire.topic_route(route), separators=(",", ":")).encode()
+
+    return route_cache.cached(("route-json", topic, support), render)
+
+
+def _topic_route(topic: str, support_acting_master: bool) -> TopicRouteData | None:
     queues = list(TopicQueue.objects.filter(topic=topic).select_related("group"))
     if not queues:
         return None
@@ -57,7 +75,7 @@ def topic_route(topic: str) -> TopicRouteData | None:
         topic,
         [queue_value(q, q.group.broker_name) for q in queues],
         groups,
-        support_acting_master=current_config().support_acting_master,
+        support_acting_master=support_acting_master,
     )
 
 

@@ -13,7 +13,7 @@ from functools import partial
 from django.db import transaction
 from django.db.models import F
 
-from . import liveness, notify
+from . import liveness, notify, route_cache
 from .core import perm as P
 from .core.registry import RegisterOutcome, RegisterRequest, decide_register, decide_unregister
 from .core.values import Group, MinBrokerIdChange, QueueData
@@ -97,6 +97,8 @@ def register_broker(request: RegisterRequest) -> RegisterResult:
             row.delete()
         gone = [liveness.member(before.cluster_name, a) for a in decision.removed_addrs]
         _after_commit(partial(liveness.forget, gone))
+        if after != before or decision.queue_data or decision.deleted_topics:
+            _after_commit(route_cache.registry_changed)
         _tell(decision.notification)
     return RegisterResult(
         decision.outcome, after, decision.master_addr, decision.master_ha_addr, decision.conflicting_state_version
@@ -159,6 +161,7 @@ def unregister_broker(
         elif decision.wipe_write_perm:
             TopicQueue.objects.filter(group=row).update(perm=F("perm").bitand(int(~P.Perm.WRITE & 0b111)))
         _after_commit(partial(liveness.forget, [key]))
+        _after_commit(route_cache.registry_changed)
         _tell(decision.notification)
     log.info("unregistered %s/%s[%s] at %s", cluster_name, row.broker_name, decision.removed.broker_id, broker_addr)
     return UnregisterResult(
@@ -233,6 +236,7 @@ def create_or_update_topic(
     its brokers store the topic config (and stamp it with a new data version).
     """
     with transaction.atomic():
+        _after_commit(route_cache.registry_changed)
         rows = _target_groups(cluster_name, broker_names)
         for row in BrokerGroup.objects.select_for_update().filter(id__in=[r.id for r in rows]).order_by("id"):
             group = group_value(row)
@@ -257,6 +261,7 @@ def create_or_update_topic(
 def delete_topic(topic: str, *, cluster_name: str | None = None, broker_names: list[str] | None = None) -> int:
     """``DELETE_TOPIC_IN_NAMESRV`` (everywhere, on a cluster, or on chosen broker sets)."""
     with transaction.atomic():
+        _after_commit(route_cache.registry_changed)
         qs = TopicQueue.objects.filter(topic=topic)
         if broker_names:
             qs = qs.filter(group__broker_name__in=broker_names)
@@ -277,6 +282,7 @@ def change_write_perm(broker_name: str, *, writeable: bool) -> int:
         row = BrokerGroup.objects.select_for_update().filter(broker_name=broker_name).first()
         if row is None:
             raise UnknownBrokers([broker_name])
+        _after_commit(route_cache.registry_changed)
         qs = TopicQueue.objects.filter(group=row)
         if writeable:
             return qs.update(perm=F("perm").bitor(int(P.Perm.WRITE)))

@@ -9,6 +9,7 @@ from threading import Lock
 
 from django.db import transaction
 
+from . import route_cache
 from .core.config import NamesrvConfig, validate_update
 from .models import NamesrvConfigEntry
 
@@ -43,5 +44,6 @@ def update_config(changes: dict[str, object]) -> NamesrvConfig:
     with transaction.atomic():
         for k, v in parsed.items():
             NamesrvConfigEntry.objects.update_or_create(key=k, defaults={"value": v})
+        transaction.on_commit(route_cache.registry_changed)
     invalidate()
     return current_config()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -147,10 +148,10 @@ class TopicRouteView(APIView):
         description="GET_ROUTEINFO_BY_TOPIC (105), with acting-master substitution when supportActingMaster.",
     )
     def get(self, request, topic: str):
-        route = selectors.topic_route(topic)
-        if route is None:
+        body = selectors.topic_route_json(topic)
+        if body is None:
             raise ApiError(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}", 404)
-        return Response(wire.topic_route(route))
+        return HttpResponse(body, content_type="application/json")
 
 
 class TopicListView(APIView):

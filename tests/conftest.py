@@ -30,9 +30,10 @@ def _clear_redis() -> None:
 @pytest.fixture(autouse=True)
 def clean_state():
     """Every test starts with empty liveness, channel-layer and Celery keys, and empty caches."""
-    from nameserver import settings_store
+    from nameserver import route_cache, settings_store
 
     _clear_redis()
+    route_cache.clear()
     forget_cached_tokens()
     settings_store.invalidate()
     yield

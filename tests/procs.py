@@ -83,7 +83,7 @@ def uvicorn_server(**env_extra: str):
     proc = Proc(
         "uvicorn",
         [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1",
-         "--port", str(port), "--ws", "websockets", "--no-access-log"],
+         "--port", str(port), "--ws", "websockets-sansio", "--ws-per-message-deflate", "false", "--no-access-log"],
         child_env(**env_extra),
     )
     url = f"http://127.0.0.1:{port}"

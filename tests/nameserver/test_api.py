@@ -343,3 +343,30 @@ def test_openapi_schema_and_docs_are_served(anon):
 def test_unknown_paths_answer_json_404(anon):
     r = anon.get("/api/v1/nameserver/nope")
     assert r.status_code == 404 and r.json()["code"] == 29
+
+
+def test_routes_follow_every_registry_change_despite_the_route_cache(api):
+    ok(register(api, 0, M))
+    ok(register(api, 1, S1))
+    assert ok(api.get(f"{NS}/routes/TopicA"))["brokerDatas"][0]["brokerAddrs"] == {"0": M, "1": S1}
+    ok(api.post(f"{NS}/brokers/b1/wipe-write-perm"))
+    assert ok(api.get(f"{NS}/routes/TopicA"))["queueDatas"][0]["perm"] == 4
+    ok(api.post(f"{NS}/brokers/unregister", {"clusterName": "c1", "brokerAddr": M}, format="json"))
+    assert ok(api.get(f"{NS}/routes/TopicA"))["brokerDatas"][0]["brokerAddrs"] == {"1": S1}
+    ok(api.patch(f"{NS}/config", {"supportActingMaster": True}, format="json"))
+    assert ok(api.get(f"{NS}/routes/TopicA"))["brokerDatas"][0]["brokerAddrs"] == {"0": S1}
+    ok(api.post(f"{NS}/topics", {"topicName": "TopicA", "clusterName": "c1", "writeQueueNums": 1, "readQueueNums": 1},
+                format="json"))
+    assert ok(api.get(f"{NS}/routes/TopicA"))["queueDatas"][0]["writeQueueNums"] == 1
+
+
+def test_a_re_registration_that_changes_nothing_keeps_the_route_cache(api):
+    from nameserver import route_cache
+
+    ok(register(api, 0, M))
+    ok(api.get(f"{NS}/routes/TopicA"))
+    version = route_cache.current_version()
+    ok(register(api, 0, M))  # the periodic 30 s re-registration: same data version
+    assert route_cache.current_version() == version
+    ok(register(api, 0, M, counter=2))
+    assert route_cache.current_version() > version
