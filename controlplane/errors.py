@@ -7,46 +7,14 @@ input adds ``"fields": {<field>: [messages]}``. Nothing ever answers with a trac
 from __future__ import annotations
 
 import logging
-from enum import IntEnum
 
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from controlplane.codes import ResponseCode
+
 log = logging.getLogger(__name__)
-
-
-class ResponseCode(IntEnum):
-    """``ResponseCode`` / ``RemotingSysResponseCode`` numbers (reference §1.12)."""
-
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    SYSTEM_BUSY = 2
-    REQUEST_CODE_NOT_SUPPORTED = 3
-    FLUSH_DISK_TIMEOUT = 10
-    SLAVE_NOT_AVAILABLE = 11
-    FLUSH_SLAVE_TIMEOUT = 12
-    MESSAGE_ILLEGAL = 13
-    SERVICE_NOT_AVAILABLE = 14
-    NO_PERMISSION = 16
-    TOPIC_NOT_EXIST = 17
-    INVALID_PARAMETER = 29
-    BROKER_NOT_EXIST = 211
-    CONTROLLER_FENCED_MASTER_EPOCH = 2000
-    CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
-    CONTROLLER_INVALID_MASTER = 2002
-    CONTROLLER_INVALID_REPLICAS = 2003
-    CONTROLLER_MASTER_NOT_AVAILABLE = 2004
-    CONTROLLER_INVALID_REQUEST = 2005
-    CONTROLLER_BROKER_NOT_ALIVE = 2006
-    CONTROLLER_NOT_LEADER = 2007
-    CONTROLLER_BROKER_METADATA_NOT_EXIST = 2008
-    CONTROLLER_INVALID_CLEAN_BROKER_METADATA = 2009
-    CONTROLLER_BROKER_NEED_TO_BE_REGISTERED = 2010
-    CONTROLLER_MASTER_STILL_EXIST = 2011
-    CONTROLLER_ELECT_MASTER_FAILED = 2012
-    CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
-    CONTROLLER_BROKER_ID_INVALID = 2014
 
 
 class ApiError(exceptions.APIException):

@@ -42,3 +42,12 @@ class ApiToken(models.Model):
             name=name, scope=scope, key_hash=hash_token(raw), prefix=raw[4:12], cluster_name=cluster_name
         )
         return token, raw
+
+
+# The controller's models live beside its code; importing them here registers them with the app.
+from controlplane.controller.models import (  # noqa: E402,F401
+    ControllerConfigEntry,
+    Replica,
+    ReplicaGroup,
+    Transition,
+)

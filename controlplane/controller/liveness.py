@@ -1,0 +1,175 @@
+"""The controller's heartbeat table in Redis (reference §1.10), never a Postgres row per beat.
+
+Each broker ``(clusterName, brokerName, brokerId)`` has a hash ``ctl:live:<member>`` with its
+address, epoch, maxOffset, confirmOffset, electionPriority, heartbeatTimeoutMillis and last beat
+(Redis's clock), and a deadline in sorted set ``ctl:deadline``. ``ctl:conn`` maps a member to the
+Channels name of the websocket it heartbeats on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from controlplane.redis import async_client, key, sync_client
+
+from .core.state import INT_MAX, LiveInfo
+
+DEFAULT_TIMEOUT_MILLIS = 10_000  # DEFAULT_BROKER_CHANNEL_EXPIRED_TIME in the controller
+_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+# KEYS: deadline zset, conn hash. ARGV[1]: hash key prefix; then per beat 8 values:
+# member, addr, epoch, maxOffset, confirmOffset, priority, timeout, channel ('' = do not bind).
+# (epoch, maxOffset, confirmOffset) only move forward: a larger epoch, or the same epoch with a
+# larger maxOffset (a truncated replica keeps its old, higher maxOffset until its epoch grows).
+_HEARTBEAT = _NOW_MS + """
+for i = 2, #ARGV, 8 do
+  local m = ARGV[i]
+  local k = ARGV[1] .. m
+  local epoch, maxo = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  local old = redis.call('HMGET', k, 'epoch', 'maxOffset')
+  local oe, om = tonumber(old[1]), tonumber(old[2])
+  if (not oe) or epoch > oe or (epoch == oe and maxo > om) then
+    redis.call('HSET', k, 'epoch', ARGV[i + 2], 'maxOffset', ARGV[i + 3], 'confirmOffset', ARGV[i + 4])
+  end
+  redis.call('HSET', k, 'addr', ARGV[i + 1], 'priority', ARGV[i + 5], 'timeout', ARGV[i + 6], 'last', now)
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[i + 6]), m)
+  if ARGV[i + 7] ~= '' then redis.call('HSET', KEYS[2], m, ARGV[i + 7]) end
+end
+return now
+"""
+
+# ARGV[1]: hash key prefix, then members. Returns {now, fields of member 1, fields of member 2, ...}.
+_READ = _NOW_MS + """
+local out = {now}
+for i = 2, #ARGV do
+  out[#out + 1] = redis.call('HMGET', ARGV[1] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
+                             'priority', 'timeout', 'last')
+end
+return out
+"""
+
+_EXPIRED = _NOW_MS + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
+
+_RELEASE = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Beat:
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    broker_addr: str
+    epoch: int = -1
+    max_offset: int = -1
+    confirm_offset: int = -1
+    election_priority: int = INT_MAX
+    heartbeat_timeout_millis: int = DEFAULT_TIMEOUT_MILLIS
+
+    @property
+    def member(self) -> str:
+        return member(self.cluster_name, self.broker_name, self.broker_id)
+
+
+def member(cluster_name: str, broker_name: str, broker_id: int) -> str:
+    return f"{cluster_name}/{broker_name}/{broker_id}"
+
+
+def split_member(value: str) -> tuple[str, str, int]:
+    cluster, name, broker_id = value.rsplit("/", 2)
+    return cluster, name, int(broker_id)
+
+
+def _prefix() -> str:
+    return key("ctl", "live", "")
+
+
+def _keys() -> tuple[str, str]:
+    return key("ctl", "deadline"), key("ctl", "conn")
+
+
+def _args(beats: Sequence[tuple[Beat, str]]) -> list:
+    args: list = [_prefix()]
+    for b, channel in beats:
+        args += [b.member, b.broker_addr, b.epoch, b.max_offset, b.confirm_offset, b.election_priority,
+                 b.heartbeat_timeout_millis, channel]
+    return args
+
+
+def heartbeat(beat: Beat) -> None:
+    sync_client().eval(_HEARTBEAT, 2, *_keys(), *_args([(beat, "")]))
+
+
+async def heartbeat_async(beats: Sequence[tuple[Beat, str]]) -> None:
+    """Several heartbeats in one round trip; a non-empty channel binds the broker to that websocket."""
+    if beats:
+        await async_client().eval(_HEARTBEAT, 2, *_keys(), *_args(beats))
+
+
+def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int]) -> dict[int, LiveInfo]:
+    """The heartbeat table for these replicas, judged alive against one Redis timestamp."""
+    ids = sorted(set(broker_ids))
+    if not ids:
+        return {}
+    reply = sync_client().eval(_READ, 0, _prefix(), *(member(cluster_name, broker_name, i) for i in ids))
+    now = int(reply[0])
+    out: dict[int, LiveInfo] = {}
+    for broker_id, fields in zip(ids, reply[1:], strict=True):
+        addr, epoch, max_offset, confirm, priority, timeout, last = fields
+        if last is None:
+            out[broker_id] = LiveInfo(broker_id, alive=False)
+            continue
+        out[broker_id] = LiveInfo(
+            broker_id,
+            alive=int(last) + int(timeout) >= now,
+            epoch=int(epoch),
+            max_offset=int(max_offset),
+            confirm_offset=int(confirm),
+            election_priority=int(priority),
+            broker_address=addr or "",
+        )
+    return out
+
+
+def forget(members: Iterable[str]) -> None:
+    members = list(members)
+    if not members:
+        return
+    deadline, conn = _keys()
+    pipe = sync_client().pipeline(transaction=True)
+    for m in members:
+        pipe.delete(_prefix() + m)
+    pipe.zrem(deadline, *members)
+    pipe.hdel(conn, *members)
+    pipe.execute()
+
+
+def expired_members() -> list[str]:
+    return list(sync_client().eval(_EXPIRED, 1, _keys()[0]))
+
+
+def acquire_slot(name: str, interval_millis: int) -> bool:
+    """At most one run of a periodic scan per interval across every beat and worker."""
+    return bool(sync_client().set(key("ctl", "slot", name), "1", nx=True, px=max(1, interval_millis - 50)))
+
+
+def connections(members: Sequence[str]) -> dict[str, str]:
+    if not members:
+        return {}
+    channels = sync_client().hmget(_keys()[1], list(members))
+    return {m: c for m, c in zip(members, channels, strict=True) if c}
+
+
+async def release_connection(value: str, channel_name: str) -> bool:
+    return bool(await async_client().eval(_RELEASE, 1, _keys()[1], value, channel_name))
+
+
+def live_groups() -> set[tuple[str, str]]:
+    """(cluster, brokerName) of every broker set with a heartbeat entry, for the inactive-master scan."""
+    return {split_member(m)[:2] for m in sync_client().zrange(_keys()[0], 0, -1)}

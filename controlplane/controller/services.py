@@ -1,0 +1,262 @@
+"""Controller transitions: one Postgres transaction each, ``SELECT ... FOR UPDATE`` on the broker
+set's row first, then the pure rule, then the state and history writes; pushes after commit.
+
+Any number of web processes and Celery workers may call these at once: the row lock makes the
+transitions of one broker set take turns, and different sets proceed in parallel.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import partial
+
+from django.db import transaction
+
+from controlplane.codes import ResponseCode as C
+from controlplane.push import send_frames
+
+from . import liveness
+from .config_store import current_config
+from .core import rules
+from .core.state import Decision, LiveInfo, SyncState, Trigger, candidates
+from .models import Replica, ReplicaGroup, Transition, TransitionKind
+from .selectors import state_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    code: int
+    state: SyncState | None  # the state after the call (unchanged when nothing was written)
+    detail: str = ""
+    extra: dict | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code == C.SUCCESS
+
+
+def _locked(broker_name: str) -> tuple[ReplicaGroup | None, SyncState | None]:
+    row = ReplicaGroup.objects.select_for_update().filter(broker_name=broker_name).first()
+    return row, (state_of(row) if row is not None else None)
+
+
+def _live(state: SyncState | None) -> dict[int, LiveInfo]:
+    if state is None:
+        return {}
+    return liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids)
+
+
+def _store(row: ReplicaGroup, old: SyncState, new: SyncState) -> None:
+    row.cluster_name = new.cluster_name
+    row.master_broker_id = new.master_broker_id
+    row.master_epoch = new.master_epoch
+    row.sync_state_set_epoch = new.sync_state_set_epoch
+    row.next_assign_broker_id = new.next_assign_broker_id
+    row.save()
+    old_replicas = {r.broker_id: r for r in old.replicas}
+    new_ids = new.replica_ids
+    gone = [i for i in old_replicas if i not in new_ids]
+    if gone:
+        Replica.objects.filter(group=row, broker_id__in=gone).delete()
+    for r in new.replicas:
+        in_set = r.broker_id in new.sync_state_set
+        before = old_replicas.get(r.broker_id)
+        if before is None:
+            Replica.objects.create(group=row, broker_id=r.broker_id, broker_address=r.broker_address,
+                                   register_check_code=r.register_check_code, in_sync_state_set=in_set)
+        elif before != r or (r.broker_id in old.sync_state_set) != in_set:
+            Replica.objects.filter(group=row, broker_id=r.broker_id).update(
+                broker_address=r.broker_address, register_check_code=r.register_check_code, in_sync_state_set=in_set)
+
+
+def _record(kind: str, trigger: Trigger, old: SyncState, new: SyncState, decision: Decision, *,
+            requested_by: str, requested_broker_id: int | None, live: dict[int, LiveInfo] | None = None) -> None:
+    Transition.objects.create(
+        cluster_name=new.cluster_name,
+        broker_name=new.broker_name,
+        kind=kind,
+        trigger=trigger.value,
+        requested_by=requested_by[:255],
+        requested_broker_id=requested_broker_id,
+        old_master_broker_id=old.master_broker_id,
+        new_master_broker_id=new.master_broker_id,
+        old_master_epoch=old.master_epoch,
+        new_master_epoch=new.master_epoch,
+        old_sync_state_set_epoch=old.sync_state_set_epoch,
+        new_sync_state_set_epoch=new.sync_state_set_epoch,
+        old_sync_state_set=sorted(old.sync_state_set),
+        new_sync_state_set=sorted(new.sync_state_set),
+        candidates=[c.as_dict() for c in candidates(old, live)] if live is not None else [],
+        response_code=int(decision.code),
+        detail=decision.detail,
+    )
+
+
+def role_change_payload(state: SyncState) -> dict:
+    """``NOTIFY_BROKER_ROLE_CHANGED`` (1008): header plus the SyncStateSet body."""
+    return {
+        "masterAddress": state.master_address,
+        "masterEpoch": state.master_epoch,
+        "syncStateSetEpoch": state.sync_state_set_epoch,
+        "masterBrokerId": state.master_broker_id,
+        "syncStateSet": sorted(state.sync_state_set),
+    }
+
+
+def notify_role_changed(state: SyncState) -> int:
+    """Push the new roles to every live member of the broker set (best effort; brokers also poll)."""
+    if not current_config().notify_broker_role_changed:
+        return 0
+    live = _live(state)
+    members = [liveness.member(state.cluster_name, state.broker_name, i) for i, info in live.items() if info.alive]
+    return send_frames(liveness.connections(members).values(), "notify_broker_role_changed", role_change_payload(state))
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+def elect_master(broker_name: str, *, broker_id: int | None = None, designate: bool = False,
+                 trigger: Trigger = Trigger.BROKER, requested_by: str = "") -> Outcome:
+    """``CONTROLLER_ELECT_MASTER`` (reference §1.5)."""
+    request = rules.ElectRequest(broker_name, broker_id, designate, trigger)
+    enable_unclean = current_config().enable_elect_unclean_master
+    with transaction.atomic():
+        row, state = _locked(broker_name)
+        live = _live(state)
+        decision = rules.elect_master(state, live, request, enable_unclean=enable_unclean)
+        if decision.new_state is None:
+            return Outcome(decision.code, state, decision.detail)
+        _store(row, state, decision.new_state)
+        _record(TransitionKind.ELECT, trigger, state, decision.new_state, decision, requested_by=requested_by,
+                requested_broker_id=broker_id, live=live)
+        if decision.code == C.SUCCESS:
+            transaction.on_commit(partial(notify_role_changed, decision.new_state), robust=True)
+    log.info("elect %s by %s: code %s, master %s, epoch %s", broker_name, trigger.value, decision.code,
+             decision.new_state.master_broker_id, decision.new_state.master_epoch)
+    return Outcome(decision.code, decision.new_state, decision.detail)
+
+
+def alter_sync_state_set(broker_name: str, *, master_broker_id: int, master_epoch: int, new_sync_state_set: set[int],
+                         sync_state_set_epoch: int, requested_by: str = "") -> Outcome:
+    """``CONTROLLER_ALTER_SYNC_STATE_SET`` (reference §1.7), fenced by both epochs."""
+    request = rules.AlterRequest(broker_name, master_broker_id, master_epoch, frozenset(new_sync_state_set),
+                                 sync_state_set_epoch)
+    with transaction.atomic():
+        row, state = _locked(broker_name)
+        alive = [i for i, info in _live(state).items() if info.alive]
+        decision = rules.alter_sync_state_set(state, alive, request)
+        if decision.new_state is None:
+            return Outcome(decision.code, state, decision.detail)
+        _store(row, state, decision.new_state)
+        _record(TransitionKind.ALTER, Trigger.BROKER, state, decision.new_state, decision,
+                requested_by=requested_by, requested_broker_id=master_broker_id)
+    return Outcome(decision.code, decision.new_state)
+
+
+def get_next_broker_id(broker_name: str) -> int:
+    """``CONTROLLER_GET_NEXT_BROKER_ID``: a read, as in RocketMQ (two new replicas may hear the same id;
+    the first apply wins and the other retries)."""
+    row = ReplicaGroup.objects.filter(broker_name=broker_name).first()
+    return rules.next_broker_id(state_of(row) if row else None)
+
+
+def apply_broker_id(cluster_name: str, broker_name: str, broker_id: int, register_check_code: str,
+                    requested_by: str = "") -> Outcome:
+    """``CONTROLLER_APPLY_BROKER_ID`` (reference §1.8), idempotent for the same check code."""
+    with transaction.atomic():
+        ReplicaGroup.objects.bulk_create([ReplicaGroup(cluster_name=cluster_name, broker_name=broker_name)],
+                                         ignore_conflicts=True)
+        row, state = _locked(broker_name)
+        decision = rules.apply_broker_id(state if state.replicas else None, cluster_name, broker_name, broker_id,
+                                         register_check_code)
+        if decision.new_state is not None:
+            _store(row, state, decision.new_state)
+            _record(TransitionKind.APPLY_BROKER_ID, Trigger.BROKER, state, decision.new_state, decision,
+                    requested_by=requested_by, requested_broker_id=broker_id)
+        elif not state.replicas:
+            row.delete()  # the set only existed for this refused call
+        return Outcome(decision.code, decision.new_state or state, decision.detail)
+
+
+def register_broker(broker_name: str, broker_id: int, broker_address: str, requested_by: str = "") -> Outcome:
+    """``CONTROLLER_REGISTER_BROKER``: the current master (if alive) and SyncStateSet; updates a moved address."""
+    with transaction.atomic():
+        row, state = _locked(broker_name)
+        decision = rules.register_broker(state, broker_id, broker_address, _live(state))
+        if decision.new_state is not None:
+            _store(row, state, decision.new_state)
+            _record(TransitionKind.UPDATE_ADDRESS, Trigger.BROKER, state, decision.new_state, decision,
+                    requested_by=requested_by, requested_broker_id=broker_id)
+        return Outcome(decision.code, decision.new_state or state, decision.detail, decision.extra)
+
+
+def clean_broker_data(broker_name: str, broker_ids: set[int] | None, *, clean_living: bool = False,
+                      requested_by: str = "") -> Outcome:
+    """``CLEAN_BROKER_DATA`` (reference §1.9): no epoch moves."""
+    with transaction.atomic():
+        row, state = _locked(broker_name)
+        alive = [i for i, info in _live(state).items() if info.alive]
+        decision = rules.clean_broker_data(state, frozenset(broker_ids) if broker_ids else None,
+                                           clean_living=clean_living, alive=alive)
+        if decision.new_state is None:
+            return Outcome(decision.code, state, decision.detail)
+        _record(TransitionKind.CLEAN, Trigger.OPERATOR, state, decision.new_state, decision,
+                requested_by=requested_by, requested_broker_id=None)
+        if decision.extra.get("drop_set"):
+            row.delete()
+        else:
+            _store(row, state, decision.new_state)
+    return Outcome(decision.code, decision.new_state)
+
+
+def heartbeat(beat: liveness.Beat) -> None:
+    """``BROKER_HEARTBEAT`` to the controller: Redis only (reference §1.10)."""
+    liveness.heartbeat(beat)
+
+
+# --- inactivity -----------------------------------------------------------------------------------
+
+def on_broker_inactive(cluster_name: str, broker_name: str, broker_id: int | None) -> Outcome | None:
+    """``ControllerManager.onBrokerInactive``: elect when the master went away (or when called by the
+    inactive-master scan with no id), up to electMasterMaxRetryCount tries."""
+    if broker_id is not None:
+        row = ReplicaGroup.objects.filter(broker_name=broker_name).first()
+        if row is None or row.master_broker_id != broker_id:
+            return None
+    outcome = None
+    for _ in range(current_config().elect_master_max_retry_count):
+        outcome = elect_master(broker_name, trigger=Trigger.CONTROLLER, requested_by="controller")
+        if outcome.code in (C.SUCCESS, C.CONTROLLER_MASTER_STILL_EXIST, C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED):
+            break
+    return outcome
+
+
+def scan_inactive_brokers() -> list[str]:
+    """``scanNotActiveBroker`` of the controller: drop expired heartbeat entries and react."""
+    if not liveness.acquire_slot("scan-brokers", current_config().scan_not_active_broker_interval):
+        return []
+    expired = liveness.expired_members()
+    liveness.forget(expired)
+    for value in expired:
+        cluster, name, broker_id = liveness.split_member(value)
+        try:
+            on_broker_inactive(cluster, name, broker_id)
+        except Exception:
+            log.exception("reacting to inactive broker %s failed", value)
+    return expired
+
+
+def scan_inactive_masters() -> list[str]:
+    """``scanNeedReelectBrokerSets``: sets whose master is dead while a replica lives."""
+    if not liveness.acquire_slot("scan-masters", current_config().scan_inactive_master_interval):
+        return []
+    elected = []
+    for row in ReplicaGroup.objects.filter(master_broker_id__isnull=False):
+        state = state_of(row)
+        if rules.need_reelect(state, _live(state)):
+            outcome = on_broker_inactive(state.cluster_name, state.broker_name, None)
+            if outcome is not None and outcome.ok:
+                elected.append(state.broker_name)
+    return elected
