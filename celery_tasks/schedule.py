@@ -1,18 +1,25 @@
 """The Celery beat schedule.
 
-The inactive-broker scan ticks every second; the task itself scans at most once per
-``scanNotActiveBrokerInterval`` (a NamesrvConfig key operators may change at run time), guarded
-by a Redis slot so that several beats or workers never scan twice in one interval.
+Each scan ticks every second; the task itself runs at most once per its configured interval
+(scanNotActiveBrokerInterval of NamesrvConfig and of ControllerConfig, scanInactiveMasterInterval),
+guarded by a Redis slot so that several beats or workers never scan twice in one interval, and so
+that operators may change the intervals at run time.
 """
+
+from django.conf import settings
 
 BEAT_TICK_SECONDS = 1.0
 
 
+def _every_tick(task: str) -> dict:
+    return {"task": task, "schedule": BEAT_TICK_SECONDS, "options": {"expires": 5}}
+
+
 def beat_schedule() -> dict:
-    return {
-        "nameserver-scan-not-active-brokers": {
-            "task": "nameserver.scan_not_active_brokers",
-            "schedule": BEAT_TICK_SECONDS,
-            "options": {"expires": 5},
-        },
-    }
+    schedule = {}
+    if "nameserver" in settings.CONTROLPLANE_ROLES:
+        schedule["nameserver-scan-not-active-brokers"] = _every_tick("nameserver.scan_not_active_brokers")
+    if "controller" in settings.CONTROLPLANE_ROLES:
+        schedule["controller-scan-inactive-brokers"] = _every_tick("controller.scan_inactive_brokers")
+        schedule["controller-scan-inactive-masters"] = _every_tick("controller.scan_inactive_masters")
+    return schedule

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.http import JsonResponse
 from django.urls import include, path
@@ -20,6 +21,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
-    path("api/v1/nameserver/", include("nameserver.urls")),
+    *([path("api/v1/nameserver/", include("nameserver.urls"))] if "nameserver" in settings.CONTROLPLANE_ROLES else []),
+    *([path("api/v1/controller/", include("controlplane.controller.urls"))]
+      if "controller" in settings.CONTROLPLANE_ROLES else []),
     path("", include("dashboards.urls")),
 ]

@@ -23,6 +23,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from rest_framework.exceptions import ValidationError
 
 from controlplane.auth import TokenPrincipal, bearer_token, principal_for
+from controlplane.controller import api as controller_api
+from controlplane.controller import liveness as ctl_liveness
 from controlplane.errors import ApiError, ResponseCode, error_body
 from nameserver import liveness, services
 from nameserver.serializers import ADDR_RE, NAME_RE, RegisterBrokerSerializer, UnregisterSerializer
@@ -40,20 +42,21 @@ class FrameError(Exception):
         self.code, self.detail, self.fields = code, detail, fields
 
 
-class HeartbeatBatcher:
-    """Coalesces the heartbeats of all sockets on one event loop: while one Redis call is in
-    flight the next ones queue up and go together (group commit for liveness)."""
+class Coalescer:
+    """Coalesces calls from all sockets on one event loop: while one Redis call is in flight the
+    next ones queue up and go together (group commit for liveness). ``flush`` takes a list of
+    items and returns one result per item."""
 
     MAX_BATCH = 2000
 
-    def __init__(self) -> None:
-        self._pending: list[tuple[tuple[str, str], asyncio.Future]] = []
+    def __init__(self, flush) -> None:
+        self._flush = flush
+        self._pending: list[tuple[object, asyncio.Future]] = []
         self._running = False
 
-    async def beat(self, member: str, bind_to: str = "") -> bool:
-        """Refresh ``member``; with ``bind_to`` (a channel name) also bind it to that websocket."""
+    async def submit(self, item):
         fut = asyncio.get_running_loop().create_future()
-        self._pending.append(((member, bind_to), fut))
+        self._pending.append((item, fut))
         if not self._running:
             self._running = True
             asyncio.get_running_loop().create_task(self._drain())
@@ -64,28 +67,36 @@ class HeartbeatBatcher:
             while self._pending:
                 batch, self._pending = self._pending[: self.MAX_BATCH], self._pending[self.MAX_BATCH :]
                 try:
-                    results = await liveness.heartbeat_async([m for m, _ in batch])
+                    results = await self._flush([item for item, _ in batch])
                 except Exception as exc:  # Redis down: every waiter gets the error
                     for _, fut in batch:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
-                for (_, fut), ok in zip(batch, results, strict=True):
+                for (_, fut), result in zip(batch, results, strict=True):
                     if not fut.done():
-                        fut.set_result(ok)
+                        fut.set_result(result)
         finally:
             self._running = False
 
 
-_batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, HeartbeatBatcher] = weakref.WeakKeyDictionary()
+async def _flush_controller_beats(beats: list) -> list:
+    await ctl_liveness.heartbeat_async(beats)
+    return [None] * len(beats)
 
 
-def _batcher() -> HeartbeatBatcher:
+_coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Coalescer]] = weakref.WeakKeyDictionary()
+
+
+def _coalescer(kind: str) -> Coalescer:
     loop = asyncio.get_running_loop()
-    b = _batchers.get(loop)
-    if b is None:
-        b = _batchers[loop] = HeartbeatBatcher()
-    return b
+    per_loop = _coalescers.get(loop)
+    if per_loop is None:
+        per_loop = _coalescers[loop] = {
+            "nameserver": Coalescer(liveness.heartbeat_async),
+            "controller": Coalescer(_flush_controller_beats),
+        }
+    return per_loop[kind]
 
 
 def _identity(payload: dict) -> tuple[str, str]:
@@ -121,7 +132,8 @@ class BrokerConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHORIZED)  # before accept: the handshake answers 403
             return
         self.principal = principal
-        self.bound: set[str] = set()
+        self.bound: set[str] = set()  # nameserver members ("cluster/addr") this socket heartbeats for
+        self.bound_controller: set[str] = set()  # controller members ("cluster/brokerName/brokerId")
         self.push_seq = 0
         await self.accept()
 
@@ -182,7 +194,7 @@ class BrokerConsumer(AsyncWebsocketConsumer):
         self._check_cluster(cluster)
         member = liveness.member(cluster, addr)
         first = member not in self.bound
-        registered = await _batcher().beat(member, self.channel_name if first else "")
+        registered = await _coalescer("nameserver").submit((member, self.channel_name if first else ""))
         if registered and first:
             self.bound.add(member)
         return {"registered": registered}
@@ -213,7 +225,50 @@ class BrokerConsumer(AsyncWebsocketConsumer):
     async def on_ping(self, payload: dict) -> dict:
         return {}
 
-    HANDLERS = {"heartbeat": on_heartbeat, "register": on_register, "unregister": on_unregister, "ping": on_ping}
+    # --- controller (RIP-44) -----------------------------------------------------------------------
+
+    async def on_controller_heartbeat(self, payload: dict) -> dict:
+        beat = controller_api.heartbeat_beat(payload)
+        self._check_cluster(beat.cluster_name)
+        first = beat.member not in self.bound_controller
+        await _coalescer("controller").submit((beat, self.channel_name if first else ""))
+        self.bound_controller.add(beat.member)
+        return {"code": 0, "name": "SUCCESS"}
+
+    def _controller_call(operation):
+        async def handler(self, payload: dict) -> dict:
+            if "clusterName" in payload and isinstance(payload["clusterName"], str):
+                self._check_cluster(payload["clusterName"])
+            return await database_sync_to_async(operation)(payload, f"token:{self.principal.name}")
+
+        return handler
+
+    on_get_next_broker_id = _controller_call(controller_api.next_broker_id)
+    on_apply_broker_id = _controller_call(controller_api.apply_broker_id)
+    on_register_broker_to_controller = _controller_call(controller_api.register)
+    on_alter_sync_state_set = _controller_call(controller_api.alter)
+    on_get_replica_info = _controller_call(controller_api.replica_info)
+    del _controller_call
+
+    async def on_elect_master(self, payload: dict) -> dict:
+        if "clusterName" in payload and isinstance(payload["clusterName"], str):
+            self._check_cluster(payload["clusterName"])
+        return await database_sync_to_async(controller_api.elect)(
+            payload, f"token:{self.principal.name}", operator=self.principal.is_admin)
+
+    HANDLERS = {
+        "heartbeat": on_heartbeat,
+        "register": on_register,
+        "unregister": on_unregister,
+        "ping": on_ping,
+        "controller_heartbeat": on_controller_heartbeat,
+        "get_next_broker_id": on_get_next_broker_id,
+        "apply_broker_id": on_apply_broker_id,
+        "register_broker_to_controller": on_register_broker_to_controller,
+        "elect_master": on_elect_master,
+        "alter_sync_state_set": on_alter_sync_state_set,
+        "get_replica_info": on_get_replica_info,
+    }
 
     # --- pushes from the control plane ------------------------------------------------------------
 
@@ -231,3 +286,19 @@ class BrokerConsumer(AsyncWebsocketConsumer):
                     await database_sync_to_async(services.unregister_broker)(cluster, addr)
             except Exception:
                 log.exception("unregistering %s after its websocket closed failed", member)
+        # The controller's BrokerHousekeepingService: a closed channel drops the broker's heartbeat
+        # entry at once and, if it was the master, an election runs (in a Celery worker).
+        for member in list(getattr(self, "bound_controller", ())):
+            try:
+                if await ctl_liveness.release_connection(member, self.channel_name):
+                    await database_sync_to_async(_broker_gone)(member)
+            except Exception:
+                log.exception("handling the controller side of %s closing failed", member)
+
+
+def _broker_gone(member: str) -> None:
+    from celery_tasks.controller import on_broker_inactive
+
+    ctl_liveness.forget([member])
+    cluster, name, broker_id = ctl_liveness.split_member(member)
+    on_broker_inactive.delay(cluster, name, broker_id)

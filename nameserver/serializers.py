@@ -132,12 +132,3 @@ class TopicUpdateSerializer(TopicTargetSerializer):
 class TopicDeleteSerializer(serializers.Serializer):
     clusterName = _name_field(required=False)
     brokerName = serializers.ListField(child=_name_field(), required=False)
-
-
-class ConfigUpdateSerializer(serializers.Serializer):
-    """Any subset of NamesrvConfig keys; checked by ``nameserver.core.config.validate_update``."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, dict) or not data:
-            raise serializers.ValidationError({"non_field_errors": ["expected a JSON object of config keys"]})
-        return data

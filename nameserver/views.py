@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import serializers, status
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.auth import IsAdmin, IsBroker, TokenPrincipal
+from controlplane.config_views import ConfigView as BaseConfigView
 from controlplane.errors import ApiError, ResponseCode
 
 from . import selectors, services, settings_store, wire
-from .core.config import ConfigError
 from .core.registry import RegisterOutcome
 from .serializers import (
-    ConfigUpdateSerializer,
     HeartbeatSerializer,
     MemberGroupQuerySerializer,
     RegisterBrokerSerializer,
@@ -239,32 +238,8 @@ class WritePermView(APIView):
         return Response(_ok(changedTopics=changed))
 
 
-class ConfigView(APIView):
-    def get_permissions(self):
-        return [IsAdmin()] if self.request.method == "PATCH" else super().get_permissions()
-
-    @extend_schema(operation_id="getNamesrvConfig", responses={200: OpenApiTypes.OBJECT, **COMMON_ERRORS})
-    def get(self, request):
-        return Response(dict(settings_store.current_config().values))
-
-    @extend_schema(
-        operation_id="updateNamesrvConfig",
-        request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT, **COMMON_ERRORS},
-        description="UPDATE_NAMESRV_CONFIG: a JSON object of NamesrvConfig keys. Black-listed keys "
-        "(configBlackList and the keys it names) are refused with 16 NO_PERMISSION; the whole update is refused.",
-    )
-    def patch(self, request):
-        s = ConfigUpdateSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        try:
-            config = settings_store.update_config(s.validated_data)
-        except ConfigError as exc:
-            if exc.black_listed:
-                raise ApiError(
-                    ResponseCode.NO_PERMISSION,
-                    "black-listed config keys cannot be updated: " + ", ".join(sorted(exc.black_listed)),
-                    status.HTTP_403_FORBIDDEN,
-                ) from None
-            raise serializers.ValidationError(exc.field_errors) from None
-        return Response(dict(config.values))
+@extend_schema_view(get=extend_schema(operation_id="getNamesrvConfig"),
+                    patch=extend_schema(operation_id="updateNamesrvConfig"))
+class ConfigView(BaseConfigView):
+    get_config = staticmethod(settings_store.current_config)
+    update_config = staticmethod(settings_store.update_config)

@@ -30,15 +30,19 @@ def _clear_redis() -> None:
 @pytest.fixture(autouse=True)
 def clean_state():
     """Every test starts with empty liveness, channel-layer and Celery keys, and empty caches."""
+    from controlplane.controller import config_store
     from nameserver import route_cache, settings_store
 
+    def clear_caches():
+        route_cache.clear()
+        forget_cached_tokens()
+        settings_store.invalidate()
+        config_store.invalidate()
+
     _clear_redis()
-    route_cache.clear()
-    forget_cached_tokens()
-    settings_store.invalidate()
+    clear_caches()
     yield
-    settings_store.invalidate()
-    forget_cached_tokens()
+    clear_caches()
 
 
 def _token(scope: str, name: str, cluster: str = "") -> str:

@@ -7,17 +7,16 @@
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import ExitStack
 
 import pytest
-from websockets.sync.client import connect
 
 from nameserver.models import BrokerMember
 from nameserver.settings_store import update_config
 from tests.nameserver.helpers import register_body
 from tests.procs import celery_worker_and_beat, uvicorn_server
+from tests.wsclient import BrokerSocket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -27,21 +26,7 @@ TIMEOUT_MS, SCAN_MS = 3000, 1000
 SLACK_S = 6.0
 
 
-class Broker:
-    def __init__(self, stack: ExitStack, base_url: str, token: str):
-        ws_url = base_url.replace("http://", "ws://") + "/ws/broker/"
-        headers = {"Authorization": f"Bearer {token}", "Origin": base_url}
-        self.ws = stack.enter_context(connect(ws_url, additional_headers=headers, open_timeout=10))
-        self.seq = 0
-
-    def call(self, kind: str, payload: dict) -> dict:
-        self.seq += 1
-        self.ws.send(json.dumps({"type": kind, "seq": self.seq, "payload": payload}))
-        while True:
-            frame = json.loads(self.ws.recv(timeout=10))
-            if frame.get("seq") == self.seq and frame["type"] in (f"{kind}_result", "error"):
-                return frame
-
+class Broker(BrokerSocket):
     def heartbeat(self, addr: str) -> bool:
         return self.call("heartbeat", {"clusterName": "c1", "brokerAddr": addr})["payload"]["registered"]
 

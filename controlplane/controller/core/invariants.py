@@ -69,17 +69,27 @@ def check(rows: Iterable[Row]) -> list[Violation]:
                     if r.new_sync_state_set_epoch != r.old_sync_state_set_epoch + 1:
                         bad("elect must move syncStateSetEpoch by one",
                             f"{r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}")
-                    holder = masters_by_epoch.setdefault(r.new_master_epoch, r.new_master_broker_id)
-                    if holder != r.new_master_broker_id:
-                        bad("two masters in one epoch", f"epoch {r.new_master_epoch}: {holder} and {r.new_master_broker_id}")
-            elif r.kind == "alter":
-                if r.new_master_epoch != r.old_master_epoch:
-                    bad("alter moved masterEpoch", f"{r.old_master_epoch} -> {r.new_master_epoch}")
-                if r.new_sync_state_set_epoch != r.old_sync_state_set_epoch + 1:
-                    bad("alter must move syncStateSetEpoch by one",
-                        f"{r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}")
-            elif r.new_master_epoch != r.old_master_epoch or r.new_sync_state_set_epoch != r.old_sync_state_set_epoch:
-                bad(f"{r.kind} moved an epoch", "only elections and alters may")
+                    if tuple(r.new_sync_state_set) != (r.new_master_broker_id,):
+                        bad("an elected master starts alone in the SyncStateSet", f"set {list(r.new_sync_state_set)}")
+                elif r.new_sync_state_set_epoch != r.old_sync_state_set_epoch:
+                    bad("an election without a master keeps the SyncStateSet",
+                        f"syncStateSetEpoch {r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}")
+            else:
+                if r.new_master_broker_id != r.old_master_broker_id and not (
+                        r.kind == "clean" and r.new_master_broker_id is None):
+                    bad("master changed outside an election", f"{r.old_master_broker_id} -> {r.new_master_broker_id}")
+                if r.kind == "alter":
+                    if r.new_master_epoch != r.old_master_epoch:
+                        bad("alter moved masterEpoch", f"{r.old_master_epoch} -> {r.new_master_epoch}")
+                    if r.new_sync_state_set_epoch != r.old_sync_state_set_epoch + 1:
+                        bad("alter must move syncStateSetEpoch by one",
+                            f"{r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}")
+                elif r.new_master_epoch != r.old_master_epoch or r.new_sync_state_set_epoch != r.old_sync_state_set_epoch:
+                    bad(f"{r.kind} moved an epoch", "only elections and alters may")
+            if r.new_master_broker_id is not None:
+                holder = masters_by_epoch.setdefault(r.new_master_epoch, r.new_master_broker_id)
+                if holder != r.new_master_broker_id:
+                    bad("two masters in one epoch", f"epoch {r.new_master_epoch}: {holder} and {r.new_master_broker_id}")
             if r.new_master_broker_id is not None and r.new_master_broker_id not in r.new_sync_state_set:
                 bad("SyncStateSet lacks the master", f"master {r.new_master_broker_id}, set {list(r.new_sync_state_set)}")
             prev = r

@@ -181,9 +181,16 @@ def clean_broker_data(state: SyncState | None, ids: frozenset[int] | None, *, cl
         return Decision(C.SUCCESS, replace(state, replicas=(), sync_state_set=frozenset(), master_broker_id=None),
                         detail=DROPPED_SET, extra={"drop_set": True})
     replicas = tuple(r for r in state.replicas if r.broker_id not in ids)
+    new_set = state.sync_state_set - ids
+    # A set exists only while both its replica table and its SyncStateSet do (reference §1.2, §1.4):
+    # emptying either drops the whole set.
+    if not replicas or (state.sync_state_set and not new_set):
+        return Decision(C.SUCCESS, replace(state, replicas=(), sync_state_set=frozenset(), master_broker_id=None),
+                        detail=DROPPED_SET, extra={"drop_set": True})
+    # Ours: a cleaned master id no longer names a master (upstream keeps pointing at the removed id).
     master = None if state.master_broker_id in ids else state.master_broker_id
-    new_state = replace(state, replicas=replicas, sync_state_set=state.sync_state_set - ids, master_broker_id=master)
-    return Decision(C.SUCCESS, new_state, detail=DROPPED_SET if not replicas else "", extra={"drop_set": not replicas})
+    new_state = replace(state, replicas=replicas, sync_state_set=new_set, master_broker_id=master)
+    return Decision(C.SUCCESS, new_state, extra={"drop_set": False})
 
 
 def need_reelect(state: SyncState, live: Mapping[int, LiveInfo]) -> bool:
