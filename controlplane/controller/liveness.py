@@ -119,22 +119,30 @@ def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int]) -
         return {}
     reply = sync_client().eval(_READ, 0, _prefix(), *(member(cluster_name, broker_name, i) for i in ids))
     now = int(reply[0])
-    out: dict[int, LiveInfo] = {}
-    for broker_id, fields in zip(ids, reply[1:], strict=True):
-        addr, epoch, max_offset, confirm, priority, timeout, last = fields
-        if last is None:
-            out[broker_id] = LiveInfo(broker_id, alive=False)
-            continue
-        out[broker_id] = LiveInfo(
-            broker_id,
-            alive=int(last) + int(timeout) >= now,
-            epoch=int(epoch),
-            max_offset=int(max_offset),
-            confirm_offset=int(confirm),
-            election_priority=int(priority),
-            broker_address=addr or "",
-        )
+    return {broker_id: _live_info(broker_id, fields, now) for broker_id, fields in zip(ids, reply[1:], strict=True)}
+
+
+def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]]) -> dict[str, dict[int, LiveInfo]]:
+    """``live_infos`` for many broker sets in one round trip (the inactive-master scan)."""
+    wanted = [(cluster, name, sorted(set(ids))) for cluster, name, ids in sets]
+    members = [member(c, n, i) for c, n, ids in wanted for i in ids]
+    out: dict[str, dict[int, LiveInfo]] = {name: {} for _, name, _ in wanted}
+    if not members:
+        return out
+    reply = sync_client().eval(_READ, 0, _prefix(), *members)
+    now, fields = int(reply[0]), iter(reply[1:])
+    for _, name, ids in wanted:
+        for broker_id in ids:
+            out[name][broker_id] = _live_info(broker_id, next(fields), now)
     return out
+
+
+def _live_info(broker_id: int, fields, now: int) -> LiveInfo:
+    addr, epoch, max_offset, confirm, priority, timeout, last = fields
+    if last is None:
+        return LiveInfo(broker_id, alive=False)
+    return LiveInfo(broker_id, alive=int(last) + int(timeout) >= now, epoch=int(epoch), max_offset=int(max_offset),
+                    confirm_offset=int(confirm), election_priority=int(priority), broker_address=addr or "")
 
 
 def forget(members: Iterable[str]) -> None:

@@ -28,10 +28,12 @@ def replica_info(broker_name: str) -> SyncState | None:
     return state_of(row) if row else None
 
 
-def states(broker_names: list[str] | None = None) -> list[SyncState]:
+def states(broker_names: list[str] | None = None, *, with_master_only: bool = False) -> list[SyncState]:
     rows = ReplicaGroup.objects.prefetch_related("replicas").order_by("broker_name")
     if broker_names is not None:
         rows = rows.filter(broker_name__in=broker_names)
+    if with_master_only:
+        rows = rows.filter(master_broker_id__isnull=False)
     return [state_of(r, list(r.replicas.all())) for r in rows]
 
 

@@ -7,21 +7,23 @@ transitions of one broker set take turns, and different sets proceed in parallel
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from functools import partial
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.utils import timezone
 
 from controlplane.codes import ResponseCode as C
 from controlplane.push import send_frames
 
-from . import liveness
+from . import liveness, selectors
 from .config_store import current_config
 from .core import rules
 from .core.state import Decision, LiveInfo, SyncState, Trigger, candidates
+from .core.state import Replica as ReplicaValue
 from .models import Replica, ReplicaGroup, Transition, TransitionKind
-from .selectors import state_of
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,28 @@ class Outcome:
         return self.code == C.SUCCESS
 
 
-def _locked(broker_name: str) -> tuple[ReplicaGroup | None, SyncState | None]:
-    row = ReplicaGroup.objects.select_for_update().filter(broker_name=broker_name).first()
-    return row, (state_of(row) if row is not None else None)
+_G, _R, _T = ReplicaGroup._meta.db_table, Replica._meta.db_table, Transition._meta.db_table
+
+# One round trip: lock the set's row and read its replicas (the lock is on the group row only).
+_LOCK_SQL = f"""
+SELECT g.id, g.cluster_name, g.master_broker_id, g.master_epoch, g.sync_state_set_epoch, g.next_assign_broker_id,
+       r.broker_id, r.broker_address, r.register_check_code, r.in_sync_state_set
+FROM {_G} g LEFT JOIN {_R} r ON r.group_id = g.id
+WHERE g.broker_name = %s ORDER BY r.broker_id FOR UPDATE OF g
+"""
+
+
+def _locked(broker_name: str) -> tuple[int | None, SyncState | None]:
+    """Lock a broker set (``SELECT ... FOR UPDATE``) and load its state; (None, None) if unknown."""
+    with connection.cursor() as cur:
+        cur.execute(_LOCK_SQL, [broker_name])
+        rows = cur.fetchall()
+    if not rows:
+        return None, None
+    gid, cluster, master, master_epoch, ss_epoch, next_id = rows[0][:6]
+    replicas = tuple(ReplicaValue(r[6], r[7], r[8]) for r in rows if r[6] is not None)
+    in_set = frozenset(r[6] for r in rows if r[6] is not None and r[9])
+    return gid, SyncState(cluster, broker_name, master, master_epoch, ss_epoch, in_set, replicas, next_id)
 
 
 def _live(state: SyncState | None) -> dict[int, LiveInfo]:
@@ -49,50 +70,87 @@ def _live(state: SyncState | None) -> dict[int, LiveInfo]:
     return liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids)
 
 
-def _store(row: ReplicaGroup, old: SyncState, new: SyncState) -> None:
-    row.cluster_name = new.cluster_name
-    row.master_broker_id = new.master_broker_id
-    row.master_epoch = new.master_epoch
-    row.sync_state_set_epoch = new.sync_state_set_epoch
-    row.next_assign_broker_id = new.next_assign_broker_id
-    row.save()
+def _store(gid: int, old: SyncState, new: SyncState) -> None:
+    """The general write, for the rare operations (ids, addresses, clean-up)."""
+    ReplicaGroup.objects.filter(pk=gid).update(
+        cluster_name=new.cluster_name, master_broker_id=new.master_broker_id, master_epoch=new.master_epoch,
+        sync_state_set_epoch=new.sync_state_set_epoch, next_assign_broker_id=new.next_assign_broker_id,
+        updated_at=timezone.now())
     old_replicas = {r.broker_id: r for r in old.replicas}
     new_ids = new.replica_ids
     gone = [i for i in old_replicas if i not in new_ids]
     if gone:
-        Replica.objects.filter(group=row, broker_id__in=gone).delete()
+        Replica.objects.filter(group_id=gid, broker_id__in=gone).delete()
     for r in new.replicas:
         in_set = r.broker_id in new.sync_state_set
         before = old_replicas.get(r.broker_id)
         if before is None:
-            Replica.objects.create(group=row, broker_id=r.broker_id, broker_address=r.broker_address,
+            Replica.objects.create(group_id=gid, broker_id=r.broker_id, broker_address=r.broker_address,
                                    register_check_code=r.register_check_code, in_sync_state_set=in_set)
         elif before != r or (r.broker_id in old.sync_state_set) != in_set:
-            Replica.objects.filter(group=row, broker_id=r.broker_id).update(
+            Replica.objects.filter(group_id=gid, broker_id=r.broker_id).update(
                 broker_address=r.broker_address, register_check_code=r.register_check_code, in_sync_state_set=in_set)
+
+
+# Elections and alters change only the group's master and epochs and the membership flags: one
+# statement writes those and the history row (one round trip under the lock instead of five).
+_TRANSITION_COLUMNS = ("cluster_name", "broker_name", "kind", "trigger", "requested_by", "requested_broker_id",
+                       "old_master_broker_id", "new_master_broker_id", "old_master_epoch", "new_master_epoch",
+                       "old_sync_state_set_epoch", "new_sync_state_set_epoch", "old_sync_state_set", "new_sync_state_set",
+                       "candidates", "response_code", "detail")
+_TRANSITION_SQL = f"""
+WITH g AS (
+  UPDATE {_G} SET master_broker_id = %(master)s, master_epoch = %(new_master_epoch)s,
+         sync_state_set_epoch = %(new_sync_state_set_epoch)s, updated_at = now()
+  WHERE id = %(gid)s
+), r AS (
+  UPDATE {_R} SET in_sync_state_set = (broker_id = ANY(%(new_sync_state_set)s::bigint[]))
+  WHERE group_id = %(gid)s AND in_sync_state_set <> (broker_id = ANY(%(new_sync_state_set)s::bigint[]))
+)
+INSERT INTO {_T} ({", ".join(_TRANSITION_COLUMNS)}, created_at)
+VALUES (%(cluster_name)s, %(broker_name)s, %(kind)s, %(trigger)s, %(requested_by)s, %(requested_broker_id)s,
+        %(old_master_broker_id)s, %(new_master_broker_id)s, %(old_master_epoch)s, %(new_master_epoch)s,
+        %(old_sync_state_set_epoch)s, %(new_sync_state_set_epoch)s, %(old_sync_state_set)s::bigint[],
+        %(new_sync_state_set)s::bigint[], %(candidates)s::jsonb, %(response_code)s, %(detail)s, now())
+"""
+
+
+def _transition_values(kind: str, trigger: Trigger, old: SyncState, new: SyncState, decision: Decision, *,
+                       requested_by: str, requested_broker_id: int | None, live: dict[int, LiveInfo] | None) -> dict:
+    return {
+        "cluster_name": new.cluster_name,
+        "broker_name": new.broker_name,
+        "kind": kind,
+        "trigger": trigger.value,
+        "requested_by": requested_by[:255],
+        "requested_broker_id": requested_broker_id,
+        "old_master_broker_id": old.master_broker_id,
+        "new_master_broker_id": new.master_broker_id,
+        "old_master_epoch": old.master_epoch,
+        "new_master_epoch": new.master_epoch,
+        "old_sync_state_set_epoch": old.sync_state_set_epoch,
+        "new_sync_state_set_epoch": new.sync_state_set_epoch,
+        "old_sync_state_set": sorted(old.sync_state_set),
+        "new_sync_state_set": sorted(new.sync_state_set),
+        "candidates": [c.as_dict() for c in candidates(old, live)] if live is not None else [],
+        "response_code": int(decision.code),
+        "detail": decision.detail,
+    }
+
+
+def _write_transition(gid: int, kind: str, trigger: Trigger, old: SyncState, new: SyncState, decision: Decision, *,
+                      requested_by: str, requested_broker_id: int | None, live: dict[int, LiveInfo] | None = None) -> None:
+    values = _transition_values(kind, trigger, old, new, decision, requested_by=requested_by,
+                                requested_broker_id=requested_broker_id, live=live)
+    values.update(gid=gid, master=new.master_broker_id, candidates=json.dumps(values["candidates"]))
+    with connection.cursor() as cur:
+        cur.execute(_TRANSITION_SQL, values)
 
 
 def _record(kind: str, trigger: Trigger, old: SyncState, new: SyncState, decision: Decision, *,
             requested_by: str, requested_broker_id: int | None, live: dict[int, LiveInfo] | None = None) -> None:
-    Transition.objects.create(
-        cluster_name=new.cluster_name,
-        broker_name=new.broker_name,
-        kind=kind,
-        trigger=trigger.value,
-        requested_by=requested_by[:255],
-        requested_broker_id=requested_broker_id,
-        old_master_broker_id=old.master_broker_id,
-        new_master_broker_id=new.master_broker_id,
-        old_master_epoch=old.master_epoch,
-        new_master_epoch=new.master_epoch,
-        old_sync_state_set_epoch=old.sync_state_set_epoch,
-        new_sync_state_set_epoch=new.sync_state_set_epoch,
-        old_sync_state_set=sorted(old.sync_state_set),
-        new_sync_state_set=sorted(new.sync_state_set),
-        candidates=[c.as_dict() for c in candidates(old, live)] if live is not None else [],
-        response_code=int(decision.code),
-        detail=decision.detail,
-    )
+    Transition.objects.create(**_transition_values(kind, trigger, old, new, decision, requested_by=requested_by,
+                                                   requested_broker_id=requested_broker_id, live=live))
 
 
 def role_change_payload(state: SyncState) -> dict:
@@ -106,11 +164,12 @@ def role_change_payload(state: SyncState) -> dict:
     }
 
 
-def notify_role_changed(state: SyncState) -> int:
-    """Push the new roles to every live member of the broker set (best effort; brokers also poll)."""
+def notify_role_changed(state: SyncState, live: dict[int, LiveInfo] | None = None) -> int:
+    """Push the new roles to every live member of the broker set (best effort; brokers also poll).
+    ``live`` is the heartbeat view the decision used, when the caller has it."""
     if not current_config().notify_broker_role_changed:
         return 0
-    live = _live(state)
+    live = live if live is not None else _live(state)
     members = [liveness.member(state.cluster_name, state.broker_name, i) for i, info in live.items() if info.alive]
     return send_frames(liveness.connections(members).values(), "notify_broker_role_changed", role_change_payload(state))
 
@@ -123,16 +182,15 @@ def elect_master(broker_name: str, *, broker_id: int | None = None, designate: b
     request = rules.ElectRequest(broker_name, broker_id, designate, trigger)
     enable_unclean = current_config().enable_elect_unclean_master
     with transaction.atomic():
-        row, state = _locked(broker_name)
+        gid, state = _locked(broker_name)
         live = _live(state)
         decision = rules.elect_master(state, live, request, enable_unclean=enable_unclean)
         if decision.new_state is None:
             return Outcome(decision.code, state, decision.detail)
-        _store(row, state, decision.new_state)
-        _record(TransitionKind.ELECT, trigger, state, decision.new_state, decision, requested_by=requested_by,
-                requested_broker_id=broker_id, live=live)
+        _write_transition(gid, TransitionKind.ELECT, trigger, state, decision.new_state, decision,
+                          requested_by=requested_by, requested_broker_id=broker_id, live=live)
         if decision.code == C.SUCCESS:
-            transaction.on_commit(partial(notify_role_changed, decision.new_state), robust=True)
+            transaction.on_commit(partial(notify_role_changed, decision.new_state, live), robust=True)
     log.info("elect %s by %s: code %s, master %s, epoch %s", broker_name, trigger.value, decision.code,
              decision.new_state.master_broker_id, decision.new_state.master_epoch)
     return Outcome(decision.code, decision.new_state, decision.detail)
@@ -144,14 +202,13 @@ def alter_sync_state_set(broker_name: str, *, master_broker_id: int, master_epoc
     request = rules.AlterRequest(broker_name, master_broker_id, master_epoch, frozenset(new_sync_state_set),
                                  sync_state_set_epoch)
     with transaction.atomic():
-        row, state = _locked(broker_name)
+        gid, state = _locked(broker_name)
         alive = [i for i, info in _live(state).items() if info.alive]
         decision = rules.alter_sync_state_set(state, alive, request)
         if decision.new_state is None:
             return Outcome(decision.code, state, decision.detail)
-        _store(row, state, decision.new_state)
-        _record(TransitionKind.ALTER, Trigger.BROKER, state, decision.new_state, decision,
-                requested_by=requested_by, requested_broker_id=master_broker_id)
+        _write_transition(gid, TransitionKind.ALTER, Trigger.BROKER, state, decision.new_state, decision,
+                          requested_by=requested_by, requested_broker_id=master_broker_id)
     return Outcome(decision.code, decision.new_state)
 
 
@@ -159,7 +216,7 @@ def get_next_broker_id(broker_name: str) -> int:
     """``CONTROLLER_GET_NEXT_BROKER_ID``: a read, as in RocketMQ (two new replicas may hear the same id;
     the first apply wins and the other retries)."""
     row = ReplicaGroup.objects.filter(broker_name=broker_name).first()
-    return rules.next_broker_id(state_of(row) if row else None)
+    return rules.next_broker_id(selectors.state_of(row) if row else None)
 
 
 def apply_broker_id(cluster_name: str, broker_name: str, broker_id: int, register_check_code: str,
@@ -168,25 +225,25 @@ def apply_broker_id(cluster_name: str, broker_name: str, broker_id: int, registe
     with transaction.atomic():
         ReplicaGroup.objects.bulk_create([ReplicaGroup(cluster_name=cluster_name, broker_name=broker_name)],
                                          ignore_conflicts=True)
-        row, state = _locked(broker_name)
+        gid, state = _locked(broker_name)
         decision = rules.apply_broker_id(state if state.replicas else None, cluster_name, broker_name, broker_id,
                                          register_check_code)
         if decision.new_state is not None:
-            _store(row, state, decision.new_state)
+            _store(gid, state, decision.new_state)
             _record(TransitionKind.APPLY_BROKER_ID, Trigger.BROKER, state, decision.new_state, decision,
                     requested_by=requested_by, requested_broker_id=broker_id)
         elif not state.replicas:
-            row.delete()  # the set only existed for this refused call
+            ReplicaGroup.objects.filter(pk=gid).delete()  # the set only existed for this refused call
         return Outcome(decision.code, decision.new_state or state, decision.detail)
 
 
 def register_broker(broker_name: str, broker_id: int, broker_address: str, requested_by: str = "") -> Outcome:
     """``CONTROLLER_REGISTER_BROKER``: the current master (if alive) and SyncStateSet; updates a moved address."""
     with transaction.atomic():
-        row, state = _locked(broker_name)
+        gid, state = _locked(broker_name)
         decision = rules.register_broker(state, broker_id, broker_address, _live(state))
         if decision.new_state is not None:
-            _store(row, state, decision.new_state)
+            _store(gid, state, decision.new_state)
             _record(TransitionKind.UPDATE_ADDRESS, Trigger.BROKER, state, decision.new_state, decision,
                     requested_by=requested_by, requested_broker_id=broker_id)
         return Outcome(decision.code, decision.new_state or state, decision.detail, decision.extra)
@@ -196,7 +253,7 @@ def clean_broker_data(broker_name: str, broker_ids: set[int] | None, *, clean_li
                       requested_by: str = "") -> Outcome:
     """``CLEAN_BROKER_DATA`` (reference §1.9): no epoch moves."""
     with transaction.atomic():
-        row, state = _locked(broker_name)
+        gid, state = _locked(broker_name)
         alive = [i for i, info in _live(state).items() if info.alive]
         decision = rules.clean_broker_data(state, frozenset(broker_ids) if broker_ids else None,
                                            clean_living=clean_living, alive=alive)
@@ -205,9 +262,9 @@ def clean_broker_data(broker_name: str, broker_ids: set[int] | None, *, clean_li
         _record(TransitionKind.CLEAN, Trigger.OPERATOR, state, decision.new_state, decision,
                 requested_by=requested_by, requested_broker_id=None)
         if decision.extra.get("drop_set"):
-            row.delete()
+            ReplicaGroup.objects.filter(pk=gid).delete()
         else:
-            _store(row, state, decision.new_state)
+            _store(gid, state, decision.new_state)
     return Outcome(decision.code, decision.new_state)
 
 
@@ -253,9 +310,10 @@ def scan_inactive_masters() -> list[str]:
     if not liveness.acquire_slot("scan-masters", current_config().scan_inactive_master_interval):
         return []
     elected = []
-    for row in ReplicaGroup.objects.filter(master_broker_id__isnull=False):
-        state = state_of(row)
-        if rules.need_reelect(state, _live(state)):
+    with_master = selectors.states(with_master_only=True)
+    live_by_set = liveness.live_infos_many([(s.cluster_name, s.broker_name, s.replica_ids) for s in with_master])
+    for state in with_master:
+        if rules.need_reelect(state, live_by_set[state.broker_name]):
             outcome = on_broker_inactive(state.cluster_name, state.broker_name, None)
             if outcome is not None and outcome.ok:
                 elected.append(state.broker_name)
