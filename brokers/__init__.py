@@ -1,1 +1,1 @@
-"""Arrives in a later issue (see docs/)."""
+"""The broker: a standalone asyncio program that never imports Django (ARCHITECTURE §2)."""

@@ -1,0 +1,130 @@
+"""Produce benchmark for the broker store (issue 4).
+
+(a) in-process store append of 1 KB messages under ASYNC_FLUSH, against a plain sequential write of
+    the same bytes (1 MiB os.write calls, one fsync at the end) as the physical baseline;
+(b) SYNC_FLUSH with group commit: many concurrent senders, each acknowledged only after an fsync
+    that covers it;
+(c) end to end over gRPC: not measured yet — the client endpoint is not built (printed as null).
+
+The last line printed is one JSON object: store_append_mb_s, raw_write_mb_s, append_ratio,
+sync_flush_msgs_per_s, grpc_msgs_per_s.
+
+    python bench/produce.py [--messages 200000] [--sync-messages 100000] [--senders 512] [--dir /tmp/x]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from brokers.store.message import Message  # noqa: E402
+from brokers.store.store import FlushDiskType, MessageStore, PutMessageStatus, StoreConfig  # noqa: E402
+
+BODY = os.urandom(1024)
+SEGMENT = 256 * 1024 * 1024
+
+
+def log(msg: str) -> None:
+    print(f"[produce] {msg}", file=sys.stderr, flush=True)
+
+
+async def fill(store: MessageStore, count: int, in_flight: int, batch: int) -> float:
+    """Send ``count`` messages in sends of ``batch`` messages (a batched SendMessage), keeping
+    ``in_flight`` sends outstanding; returns seconds."""
+    sem = asyncio.Semaphore(in_flight)
+    failures = 0
+
+    async def send(first: int) -> None:
+        nonlocal failures
+        msgs = [Message("Bench", i % 8, BODY, {"KEYS": str(i)}) for i in range(first, min(count, first + batch))]
+        async with sem:
+            results = await store.put_messages(msgs)
+        failures += sum(r.status is not PutMessageStatus.PUT_OK for r in results)
+
+    start = time.perf_counter()
+    for chunk in range(0, count, 20_000):
+        await asyncio.gather(*(send(i) for i in range(chunk, min(count, chunk + 20_000), batch)))
+    elapsed = time.perf_counter() - start
+    if failures:
+        raise SystemExit(f"{failures} sends failed")
+    return elapsed
+
+
+async def store_phase(root: Path, flush: FlushDiskType, count: int, in_flight: int,
+                      batch: int) -> tuple[float, int, dict]:
+    store = MessageStore(StoreConfig(root, mapped_file_size_commit_log=SEGMENT, flush_disk_type=flush))
+    await store.start()
+    elapsed = await fill(store, count, in_flight, batch)
+    if flush is FlushDiskType.ASYNC_FLUSH:  # count the final flush, as the raw baseline counts its fsync
+        t0 = time.perf_counter()
+        await asyncio.get_running_loop().run_in_executor(store._io, store._flush_all)
+        elapsed += time.perf_counter() - t0
+    written = store.commit_log.max_offset
+    stats = dict(store.stats)
+    await store.shutdown()
+    return elapsed, written, stats
+
+
+def raw_write(path: Path, total: int) -> float:
+    chunk = (BODY * 1024)[: 1 << 20]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    start = time.perf_counter()
+    left = total
+    while left > 0:
+        left -= os.write(fd, chunk[: min(left, len(chunk))])
+    os.fsync(fd)
+    elapsed = time.perf_counter() - start
+    os.close(fd)
+    return elapsed
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--messages", type=int, default=200_000)
+    p.add_argument("--sync-messages", type=int, default=100_000)
+    p.add_argument("--senders", type=int, default=512, help="sends in flight")
+    p.add_argument("--batch", type=int, default=32, help="messages per send in (a); (b) sends one message each")
+    p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
+    args = p.parse_args()
+    base = Path(args.dir or tempfile.mkdtemp(prefix="rmq-produce-"))
+    try:
+        log(f"(a) ASYNC_FLUSH: {args.messages} x 1 KB in sends of {args.batch} into {base}")
+        t, written, stats = asyncio.run(store_phase(base / "async", FlushDiskType.ASYNC_FLUSH, args.messages,
+                                                           args.senders, args.batch))
+        store_mb_s = written / t / 1e6
+        log(f"    {store_mb_s:.0f} MB/s ({args.messages / t:.0f} msgs/s, {stats['batches']} batches)")
+        shutil.rmtree(base / "async")
+        rt = raw_write(base / "raw", written)
+        raw_mb_s = written / rt / 1e6
+        log(f"    raw sequential write of the same {written / 1e6:.0f} MB: {raw_mb_s:.0f} MB/s")
+        (base / "raw").unlink()
+        log(f"(b) SYNC_FLUSH group commit: {args.sync_messages} x 1 KB, {args.senders} in flight")
+        st, _, sstats = asyncio.run(store_phase(base / "sync", FlushDiskType.SYNC_FLUSH, args.sync_messages,
+                                                      args.senders, 1))
+        sync_rate = args.sync_messages / st
+        log(f"    {sync_rate:.0f} msgs/s, {sstats['fsyncs']} fsyncs ({args.sync_messages / max(1, sstats['fsyncs']):.0f} "
+            "messages per fsync)")
+        log("(c) gRPC: not measured — the broker's client endpoint is not built yet")
+    finally:
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+    print(json.dumps({
+        "store_append_mb_s": round(store_mb_s, 1),
+        "raw_write_mb_s": round(raw_mb_s, 1),
+        "append_ratio": round(store_mb_s / raw_mb_s, 3),
+        "sync_flush_msgs_per_s": round(sync_rate, 1),
+        "grpc_msgs_per_s": None,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The broker's store: commit log segments, consume queues, consumer offsets, crash recovery."""

@@ -1,0 +1,106 @@
+"""Consume queues: per (topic, queueId), 20-byte entries (physical offset 8, size 4, tags hash 8),
+as RocketMQ's ``ConsumeQueue``. Entry n is the message at queue offset n.
+
+They are derived data: recovery rebuilds them from the commit log, so they never point past it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import struct
+from pathlib import Path
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = ENTRY.size  # 20
+
+
+@functools.lru_cache(maxsize=65536)
+def tags_code(tags: str | None) -> int:
+    """RocketMQ stores the tag's String.hashCode(); any stable 64-bit hash serves the same filtering."""
+    if not tags:
+        return 0
+    h = 0
+    for ch in tags:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+class ConsumeQueue:
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        size = os.fstat(self.fd).st_size
+        self.count = size // ENTRY_SIZE
+        self._pending = bytearray()
+        self.dirty = False
+
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset (entries written or pending)."""
+        return self.count + len(self._pending) // ENTRY_SIZE
+
+    def add(self, physical_offset: int, size: int, tags_hash: int) -> int:
+        queue_offset = self.max_offset
+        self._pending += ENTRY.pack(physical_offset, size, tags_hash)
+        return queue_offset
+
+    def write_pending(self) -> None:
+        if self._pending:
+            os.pwrite(self.fd, bytes(self._pending), self.count * ENTRY_SIZE)
+            self.count += len(self._pending) // ENTRY_SIZE
+            self._pending.clear()
+            self.dirty = True
+
+    def flush(self) -> None:
+        self.write_pending()
+        if self.dirty:
+            os.fsync(self.fd)
+            self.dirty = False
+
+    def entries(self, start: int, max_count: int) -> list[tuple[int, int, int, int]]:
+        """(queue offset, physical offset, size, tags hash) from ``start``, at most ``max_count``."""
+        self.write_pending()
+        start = max(0, start)
+        n = max(0, min(max_count, self.count - start))
+        if n == 0:
+            return []
+        raw = os.pread(self.fd, n * ENTRY_SIZE, start * ENTRY_SIZE)
+        return [(start + i, *ENTRY.unpack_from(raw, i * ENTRY_SIZE)) for i in range(n)]
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class ConsumeQueues:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        if self.root.is_dir():
+            for topic_dir in self.root.iterdir():
+                for q in topic_dir.iterdir():
+                    if q.name.isdigit():
+                        self.queues[(topic_dir.name, int(q.name))] = ConsumeQueue(q)
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            cq = self.queues[(topic, queue_id)] = ConsumeQueue(self.root / topic / str(queue_id))
+        return cq
+
+    def flush(self) -> None:
+        for cq in self.queues.values():
+            cq.flush()
+
+    def reset(self) -> None:
+        """Drop every queue (before a rebuild from the commit log)."""
+        self.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def close(self) -> None:
+        for cq in self.queues.values():
+            cq.close()
+        self.queues = {}

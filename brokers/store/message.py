@@ -1,0 +1,179 @@
+"""The commit-log message record, laid out as RocketMQ's (``CommitLog``/``MessageDecoder``, v1).
+
+    4 totalSize | 4 magicCode | 4 bodyCRC | 4 queueId | 4 flag | 8 queueOffset | 8 physicalOffset
+    4 sysFlag | 8 bornTimestamp | 8 bornHost (IPv4 + port) | 8 storeTimestamp | 8 storeHost
+    4 reconsumeTimes | 8 preparedTransactionOffset | 4+n body | 1+n topic | 2+n properties
+
+All integers big-endian. A segment's unused tail starts with a blank record: totalSize = the bytes
+left, magicCode = BLANK_MAGIC_CODE. Properties are ``name \\x01 value \\x02`` pairs.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8  # totalSize + magicCode
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+
+_HEAD = struct.Struct(">iiiiiqqiq4siq4siiq")  # up to and including preparedTransactionOffset
+HEAD_SIZE = _HEAD.size  # 4+4+4+4+4+8+8+4+8+(4+4)+8+(4+4)+4+8 = 84
+FIXED_SIZE = HEAD_SIZE + 4 + 1 + 2  # 91 + body + topic + properties
+_INT = struct.Struct(">i")
+_SHORT = struct.Struct(">h")
+_BLANK = struct.Struct(">ii")
+
+
+class CorruptRecord(ValueError):
+    """Bytes that are not a whole, valid record (torn tail, CRC mismatch, bad magic)."""
+
+
+def body_crc(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF  # RocketMQ's UtilAll.crc32 keeps it a positive int
+
+
+def encode_properties(props: Mapping[str, str]) -> bytes:
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()).encode()
+
+
+def decode_properties(raw: bytes) -> dict[str, str]:
+    out = {}
+    for pair in raw.decode().split(PROPERTY_SEPARATOR):
+        if pair:
+            k, _, v = pair.partition(NAME_VALUE_SEPARATOR)
+            out[k] = v
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _host(addr: tuple[str, int]) -> bytes:
+    try:
+        ip = socket.inet_aton(addr[0])
+    except OSError:
+        ip = b"\0\0\0\0"
+    return ip + struct.pack(">i", addr[1])
+
+
+def _unhost(raw: bytes) -> tuple[str, int]:
+    return socket.inet_ntoa(raw[:4]), struct.unpack(">i", raw[4:])[0]
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message as stored. ``queue_offset`` and ``physical_offset`` are assigned by the store."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: Mapping[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+
+
+def record_size(topic: bytes, body: bytes, properties: bytes) -> int:
+    return FIXED_SIZE + len(body) + len(topic) + len(properties)
+
+
+def validate(msg: Message) -> tuple[bytes, bytes]:
+    """The encoded topic and properties, or ValueError (MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED)."""
+    topic = msg.topic.encode()
+    if not topic or len(topic) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes")
+    props = encode_properties(msg.properties)
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise ValueError(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes")
+    return topic, props
+
+
+def encode(msg: Message, *, queue_offset: int, physical_offset: int, store_timestamp: int,
+           topic: bytes | None = None, props: bytes | None = None) -> bytes:
+    """The record of ``msg``; pass ``topic``/``props`` from ``validate`` to skip validating twice."""
+    if topic is None or props is None:
+        topic, props = validate(msg)
+    body = msg.body if isinstance(msg.body, bytes) else bytes(msg.body)
+    size = FIXED_SIZE + len(body) + len(topic) + len(props)
+    born, stored = _host(msg.born_host), _host(msg.store_host)
+    head = _HEAD.pack(
+        size, MESSAGE_MAGIC_CODE, body_crc(body), msg.queue_id, msg.flag, queue_offset, physical_offset,
+        msg.sys_flag, msg.born_timestamp, born[:4], msg.born_host[1], store_timestamp,
+        stored[:4], msg.store_host[1], msg.reconsume_times, msg.prepared_transaction_offset,
+    )
+    return b"".join((head, _INT.pack(len(body)), body, bytes((len(topic),)), topic, _SHORT.pack(len(props)), props))
+
+
+def blank(size: int) -> bytes:
+    """The end-of-segment filler: a blank record header followed by zeros."""
+    return _BLANK.pack(size, BLANK_MAGIC_CODE) + bytes(size - END_FILE_MIN_BLANK_LENGTH)
+
+
+@dataclass(frozen=True)
+class Blank:
+    size: int
+
+
+def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> Message | Blank:
+    """The record at ``pos``; ``CorruptRecord`` if the bytes there are not a whole valid record."""
+    # A context-managed view: an exception's traceback must not keep an mmap exported.
+    with memoryview(buf) as view:
+        if len(view) - pos < END_FILE_MIN_BLANK_LENGTH:
+            raise CorruptRecord("not enough bytes for a record header")
+        size, magic = _BLANK.unpack_from(view, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if size < END_FILE_MIN_BLANK_LENGTH or pos + size > len(view):
+                raise CorruptRecord("torn blank record")
+            return Blank(size)
+        if magic != MESSAGE_MAGIC_CODE:
+            raise CorruptRecord(f"bad magic code {magic}")
+        if size < FIXED_SIZE or pos + size > len(view):
+            raise CorruptRecord("torn record")
+        (size, _, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_ip, born_port, store_ts,
+         store_ip, store_port, reconsume, prepared) = _HEAD.unpack_from(view, pos)
+        p = pos + HEAD_SIZE
+        body_len = _INT.unpack_from(view, p)[0]
+        p += 4
+        if body_len < 0 or p + body_len + 3 > pos + size:
+            raise CorruptRecord("body length beyond the record")
+        body = bytes(view[p:p + body_len])
+        p += body_len
+        topic_len = view[p]
+        p += 1
+        topic = bytes(view[p:p + topic_len]).decode(errors="replace")
+        p += topic_len
+        if p + 2 > pos + size:
+            raise CorruptRecord("topic beyond the record")
+        props_len = _SHORT.unpack_from(view, p)[0]
+        p += 2
+        if props_len < 0 or p + props_len != pos + size:
+            raise CorruptRecord("record length does not add up")
+        props = decode_properties(bytes(view[p:p + props_len]))
+        if check_crc and body_crc(body) != crc:
+            raise CorruptRecord("body CRC mismatch")
+        return Message(
+            topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag, sys_flag=sys_flag,
+            born_timestamp=born_ts, born_host=_unhost(born_ip + born_port.to_bytes(4, "big", signed=True)),
+            store_timestamp=store_ts, store_host=_unhost(store_ip + store_port.to_bytes(4, "big", signed=True)),
+            reconsume_times=reconsume, prepared_transaction_offset=prepared, queue_offset=queue_offset,
+            physical_offset=physical_offset,
+        )
+
+
+def record_length(buf: bytes | memoryview, pos: int = 0) -> int:
+    """totalSize of the record at ``pos`` (no validation)."""
+    return _INT.unpack_from(buf, pos)[0]
