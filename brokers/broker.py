@@ -1,0 +1,51 @@
+"""The broker process: store + membership, one event loop, every task owned and cancelled on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from .config import BrokerConfig
+from .control.nameserver import NameserverLink
+from .store.store import FlushDiskType, MessageStore, StoreConfig
+from .topics import TopicConfigManager, system_topics
+
+log = logging.getLogger("brokers")
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        root = Path(config.storePathRootDir)
+        self.store = MessageStore(StoreConfig(
+            root, mapped_file_size_commit_log=config.mappedFileSizeCommitLog,
+            flush_disk_type=FlushDiskType(config.flushDiskType), flush_interval_commit_log=config.flushIntervalCommitLog))
+        self.topics = TopicConfigManager(root / "config" / "topics.json")
+        for tc in system_topics(config.brokerClusterName, config.brokerName):
+            if tc.topicName not in self.topics.topics:
+                self.topics.update(tc)
+        self.nameserver = NameserverLink(config, self.topics)
+
+    async def start(self) -> None:
+        report = await self.store.start()
+        log.info("store recovered: %d messages, max offset %d%s", report.messages, report.max_offset,
+                 f", cut {report.removed_bytes} torn bytes at {report.truncated_at}" if report.truncated_at is not None else "")
+        self.nameserver.start()
+
+    async def stop(self) -> None:
+        await self.nameserver.stop()
+        await self.store.shutdown()
+
+    async def run_until_signalled(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await self.start()
+        log.info("broker %s[%d] at %s in cluster %s is up", self.config.brokerName, self.config.brokerId,
+                 self.config.broker_addr, self.config.brokerClusterName)
+        await stop.wait()
+        log.info("stopping")
+        await self.stop()

@@ -1,0 +1,146 @@
+"""Broker configuration: a properties file (``key=value``, ``#`` comments) with RocketMQ's key names.
+
+Unknown keys are refused (a typo must not silently fall back to a default); values are typed by the
+key's default. ``python -m brokers -c broker.conf`` exits with code 2 and one line per problem when
+the file is invalid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+class ConfigInvalid(ValueError):
+    def __init__(self, problems: list[str]):
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    brokerName: str = ""  # required
+    brokerClusterName: str = "DefaultCluster"
+    brokerId: int = 0
+    brokerIP1: str = "127.0.0.1"
+    listenPort: int = 10911
+    haListenPort: int = 10912
+    grpcServerPort: int = 8081  # the RocketMQ 5 client endpoint (MessagingService)
+    storePathRootDir: str = ""  # required
+    flushDiskType: str = "ASYNC_FLUSH"
+    flushIntervalCommitLog: int = 500
+    mappedFileSizeCommitLog: int = 1 << 30
+    # The control plane (nameserver + controller) this broker belongs to.
+    controlPlaneUrl: str = ""  # required, e.g. http://127.0.0.1:8000
+    controlPlaneToken: str = ""  # a broker token, or controlPlaneTokenFile
+    controlPlaneTokenFile: str = ""
+    brokerHeartbeatInterval: int = 1000
+    registerNameServerPeriod: int = 30000
+    brokerNotActiveTimeoutMillis: int = 10000
+    enableSlaveActingMaster: bool = False
+    zoneName: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.brokerIP1}:{self.listenPort}"
+
+    @property
+    def ha_server_addr(self) -> str:
+        return f"{self.brokerIP1}:{self.haListenPort}"
+
+    @property
+    def token(self) -> str:
+        if self.controlPlaneToken:
+            return self.controlPlaneToken
+        return Path(self.controlPlaneTokenFile).read_text().strip()
+
+    @property
+    def heartbeat_timeout_millis(self) -> int:
+        # RocketMQ sends brokerNotActiveTimeoutMillis only with enableSlaveActingMaster; else the
+        # nameserver's default of 120 s applies. We always send a heartbeat, so a short timeout is safe.
+        return self.brokerNotActiveTimeoutMillis
+
+
+_FIELDS = {f.name: f for f in fields(BrokerConfig) if f.name != "extra"}
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-%|.")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    out = {}
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigInvalid([f"line {n}: expected key=value, got {line!r}"])
+        out[key.strip()] = value.strip()
+    return out
+
+
+def load(path: str | Path) -> BrokerConfig:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigInvalid([f"cannot read {path}: {exc.strerror}"]) from None
+    return from_mapping(parse_properties(text))
+
+
+def from_mapping(values: dict[str, str]) -> BrokerConfig:
+    problems: list[str] = []
+    typed: dict[str, object] = {}
+    for key, raw in values.items():
+        f = _FIELDS.get(key)
+        if f is None:
+            problems.append(f"{key}: unknown key")
+            continue
+        default = f.default
+        try:
+            if isinstance(default, bool):
+                if raw.lower() not in ("true", "false"):
+                    raise ValueError("must be true or false")
+                typed[key] = raw.lower() == "true"
+            elif isinstance(default, int):
+                typed[key] = int(raw)
+            else:
+                typed[key] = raw
+        except ValueError as exc:
+            problems.append(f"{key}: {exc if 'must' in str(exc) else 'must be an integer'}")
+    config = BrokerConfig(**typed) if not problems else None
+    if config is not None:
+        problems += _check(config)
+    if problems:
+        raise ConfigInvalid(problems)
+    return config  # type: ignore[return-value]
+
+
+def _check(c: BrokerConfig) -> list[str]:
+    problems = []
+    for key in ("brokerName", "storePathRootDir", "controlPlaneUrl"):
+        if not getattr(c, key):
+            problems.append(f"{key}: required")
+    for key in ("brokerName", "brokerClusterName"):
+        value = getattr(c, key)
+        if value and not set(value) <= _NAME_CHARS:
+            problems.append(f"{key}: only letters, digits and %|_.- are allowed")
+    if c.brokerId < 0:
+        problems.append("brokerId: must be >= 0")
+    for key in ("listenPort", "haListenPort", "grpcServerPort"):
+        if not 1 <= getattr(c, key) <= 65535:
+            problems.append(f"{key}: must be a port number (1-65535)")
+    if c.flushDiskType not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+        problems.append("flushDiskType: must be ASYNC_FLUSH or SYNC_FLUSH")
+    if c.mappedFileSizeCommitLog < 4096:
+        problems.append("mappedFileSizeCommitLog: must be at least 4096")
+    if c.controlPlaneUrl and not c.controlPlaneUrl.startswith(("http://", "https://")):
+        problems.append("controlPlaneUrl: must start with http:// or https://")
+    if not c.controlPlaneToken and not c.controlPlaneTokenFile:
+        problems.append("controlPlaneToken: required (or controlPlaneTokenFile)")
+    elif c.controlPlaneTokenFile and not c.controlPlaneToken and not Path(c.controlPlaneTokenFile).is_file():
+        problems.append(f"controlPlaneTokenFile: {c.controlPlaneTokenFile} does not exist")
+    for key in ("brokerHeartbeatInterval", "registerNameServerPeriod", "brokerNotActiveTimeoutMillis",
+                "flushIntervalCommitLog"):
+        if getattr(c, key) <= 0:
+            problems.append(f"{key}: must be > 0")
+    return problems

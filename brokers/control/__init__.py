@@ -1,0 +1,1 @@
+"""How a broker talks to the control plane (REST and the broker websocket)."""

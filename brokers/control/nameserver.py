@@ -1,0 +1,175 @@
+"""Membership in the nameserver over the broker websocket (docs/websocket.md).
+
+On every (re)connection: register (full topic configs with their data version). Then: a
+lightweight heartbeat every brokerHeartbeatInterval, a full registration every
+registerNameServerPeriod, and pushed frames applied as they come (topic updates are stored and
+registered at once, so routes follow within a round trip). The connection is retried with
+exponential backoff (100 ms doubling to 5 s); every call has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
+
+import websockets
+
+from ..config import BrokerConfig
+from ..topics import TopicConfig, TopicConfigManager
+
+log = logging.getLogger("brokers.control")
+
+CALL_TIMEOUT_S = 10.0
+BACKOFF_START_S, BACKOFF_MAX_S = 0.1, 5.0
+
+
+class ControlPlaneError(RuntimeError):
+    pass
+
+
+class NameserverLink:
+    def __init__(self, config: BrokerConfig, topics: TopicConfigManager):
+        self.config = config
+        self.topics = topics
+        self._ws = None
+        self._seq = 0
+        self._waiters: dict[int, asyncio.Future] = {}
+        self._task: asyncio.Task | None = None
+        self.connected = asyncio.Event()
+        self.registered_once = asyncio.Event()
+        self.min_broker: dict | None = None
+        self.on_push: dict[str, Callable[[dict], Awaitable[None]]] = {}
+
+    # --- life cycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="nameserver-link")
+
+    async def stop(self, unregister: bool = True) -> None:
+        if unregister and self._ws is not None:
+            try:
+                await self.call("unregister", {"clusterName": self.config.brokerClusterName,
+                                               "brokerAddr": self.config.broker_addr,
+                                               "brokerName": self.config.brokerName}, timeout=2)
+            except Exception:
+                pass
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _ws_url(self) -> str:
+        parts = urlsplit(self.config.controlPlaneUrl)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        return f"{scheme}://{parts.netloc}/ws/broker/"
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_START_S
+        headers = {"Authorization": f"Bearer {self.config.token}", "Origin": self.config.controlPlaneUrl}
+        while True:
+            try:
+                async with websockets.connect(self._ws_url(), additional_headers=headers, open_timeout=CALL_TIMEOUT_S,
+                                              max_queue=1024) as ws:
+                    self._ws = ws
+                    reader = asyncio.create_task(self._read(ws))
+                    try:
+                        await self.register()
+                        self.connected.set()
+                        backoff = BACKOFF_START_S
+                        await self._beat_until_closed(reader)
+                    finally:
+                        reader.cancel()
+                        await asyncio.gather(reader, return_exceptions=True)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("control plane link down (%s); retrying in %.1f s", exc, backoff)
+            finally:
+                self._ws = None
+                self.connected.clear()
+                for fut in self._waiters.values():
+                    if not fut.done():
+                        fut.set_exception(ControlPlaneError("connection lost"))
+                self._waiters.clear()
+            await asyncio.sleep(backoff)
+            backoff = min(BACKOFF_MAX_S, backoff * 2)
+
+    async def _beat_until_closed(self, reader: asyncio.Task) -> None:
+        beat_s = self.config.brokerHeartbeatInterval / 1000
+        register_s = self.config.registerNameServerPeriod / 1000
+        loop = asyncio.get_running_loop()
+        next_register = loop.time() + register_s
+        while not reader.done():
+            await asyncio.sleep(beat_s)
+            if loop.time() >= next_register:
+                await self.register()
+                next_register = loop.time() + register_s
+                continue
+            reply = await self.call("heartbeat", {"clusterName": self.config.brokerClusterName,
+                                                  "brokerAddr": self.config.broker_addr,
+                                                  "brokerName": self.config.brokerName})
+            if not reply.get("registered"):
+                log.info("the nameserver forgot this broker; registering again")
+                await self.register()
+        await reader  # surfaces why the socket closed
+
+    # --- frames -----------------------------------------------------------------------------------
+
+    async def call(self, kind: str, payload: dict, timeout: float = CALL_TIMEOUT_S) -> dict:
+        if self._ws is None:
+            raise ControlPlaneError("not connected")
+        self._seq += 1
+        seq = self._seq
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[seq] = fut
+        try:
+            await self._ws.send(json.dumps({"type": kind, "seq": seq, "payload": payload}))
+            frame = await asyncio.wait_for(fut, timeout)
+        finally:
+            self._waiters.pop(seq, None)
+        if frame["type"] == "error":
+            p = frame["payload"]
+            raise ControlPlaneError(f"{kind} refused: {p.get('code')} {p.get('name')}: {p.get('detail')}")
+        return frame["payload"]
+
+    async def _read(self, ws) -> None:
+        async for raw in ws:
+            frame = json.loads(raw)
+            kind = frame.get("type", "")
+            if kind.endswith("_result") or kind == "error":
+                fut = self._waiters.get(frame.get("seq"))
+                if fut is not None and not fut.done():
+                    fut.set_result(frame)
+                continue
+            asyncio.get_running_loop().create_task(self._handle_push(kind, frame.get("payload") or {}))
+
+    async def _handle_push(self, kind: str, payload: dict) -> None:
+        try:
+            if kind == "update_topic":
+                tc = TopicConfig(payload["topicName"], payload["readQueueNums"], payload["writeQueueNums"],
+                                 payload["perm"], payload.get("topicSysFlag", 0))
+                if self.topics.update(tc):
+                    await self.register()
+            elif kind == "delete_topic":
+                if self.topics.delete(payload["topicName"]):
+                    await self.register()
+            elif kind == "notify_min_broker_id_change":
+                self.min_broker = payload
+            handler = self.on_push.get(kind)
+            if handler is not None:
+                await handler(payload)
+        except Exception:
+            log.exception("handling pushed %s failed", kind)
+
+    async def register(self) -> dict:
+        c = self.config
+        reply = await self.call("register", {
+            "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerAddr": c.broker_addr,
+            "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "zoneName": c.zoneName,
+            "heartbeatTimeoutMillis": c.heartbeat_timeout_millis, "enableActingMaster": c.enableSlaveActingMaster,
+            "topicConfigWrapper": self.topics.wrapper(),
+        })
+        self.registered_once.set()
+        return reply

@@ -1,0 +1,82 @@
+"""The broker's topic configs (``TopicConfigManager``): persisted in ``config/topics.json`` with a
+DataVersion that moves on every change, so the nameserver re-reads queue data when it changed."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .store.offsets import DataVersion
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    topicName: str
+    readQueueNums: int = 8
+    writeQueueNums: int = 8
+    perm: int = 6
+    topicSysFlag: int = 0
+
+
+class TopicConfigManager:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.topics: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion()
+        self.state_version = 0
+        if self.path.exists():
+            raw = json.loads(self.path.read_text())
+            self.topics = {name: TopicConfig(**tc) for name, tc in raw["topicConfigTable"].items()}
+            dv = raw.get("dataVersion", {})
+            self.data_version = DataVersion(dv.get("stateVersion", 0), dv.get("counter", 0), dv.get("timestamp", 0))
+
+    def update(self, tc: TopicConfig) -> bool:
+        """Create or update a topic; True if something changed (then the version moved and it is stored)."""
+        if self.topics.get(tc.topicName) == tc:
+            return False
+        self.topics[tc.topicName] = tc
+        self._changed()
+        return True
+
+    def delete(self, name: str) -> bool:
+        if self.topics.pop(name, None) is None:
+            return False
+        self._changed()
+        return True
+
+    def _changed(self) -> None:
+        self.data_version = self.data_version.next(self.state_version)
+        self.persist()
+
+    def persist(self) -> None:
+        body = {"topicConfigTable": {n: asdict(tc) for n, tc in sorted(self.topics.items())},
+                "dataVersion": self.wire_version()}
+        tmp = self.path.with_suffix(".tmp")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(body, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def wire_version(self) -> dict:
+        dv = self.data_version
+        return {"stateVersion": dv.state_version, "counter": dv.counter, "timestamp": dv.timestamp}
+
+    def wrapper(self) -> dict:
+        """``TopicConfigSerializeWrapper`` for registration."""
+        return {"dataVersion": self.wire_version(),
+                "topicConfigTable": {n: {k: v for k, v in asdict(tc).items() if k != "topicName"}
+                                     for n, tc in self.topics.items()}}
+
+
+def system_topics(cluster_name: str, broker_name: str) -> list[TopicConfig]:
+    """The topics every RocketMQ broker creates for itself (``TopicConfigManager``'s constructor):
+    a self-test topic, and topics named after its cluster and its broker set."""
+    return [
+        TopicConfig("SELF_TEST_TOPIC", 1, 1, 6),
+        TopicConfig(cluster_name, 16, 16, 7, topicSysFlag=2),
+        TopicConfig(broker_name, 1, 1, 7, topicSysFlag=1),
+    ]

@@ -1,0 +1,91 @@
+"""A real broker process against a real control plane: registration, heartbeats over the websocket,
+a topic created through the REST API reaching the broker (stored, surviving a restart) and the
+routes, and kill -9 removing the broker at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from controlplane.models import ApiToken
+from tests.procs import ARTIFACTS, ROOT, free_port, uvicorn_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+
+
+def start_broker(conf: Path, name: str) -> subprocess.Popen:
+    ARTIFACTS.mkdir(exist_ok=True)
+    log = open(ARTIFACTS / f"broker-{name}-{os.getpid()}-{time.time_ns()}.log", "wb")
+    return subprocess.Popen([sys.executable, "-m", "brokers", "-c", str(conf)], cwd=ROOT, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(predicate, timeout_s: float, what: str) -> float:
+    start = time.monotonic()
+    while True:
+        value = predicate()
+        if value:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout_s:
+            raise AssertionError(f"{what} not seen within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def test_broker_membership_topics_and_kill_9(tmp_path):
+    broker_token = ApiToken.issue("e2e-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('e2e-admin', 'admin')[1]}"}
+    port = free_port()
+    with uvicorn_server() as base:
+        conf = tmp_path / "broker.conf"
+        conf.write_text("\n".join([
+            "brokerClusterName=e2e", "brokerName=broker-a", "brokerId=0", f"listenPort={port}",
+            f"haListenPort={port + 1}", f"storePathRootDir={tmp_path / 'store'}", f"controlPlaneUrl={base}",
+            f"controlPlaneToken={broker_token}", "mappedFileSizeCommitLog=65536", "brokerHeartbeatInterval=200",
+        ]))
+        addr = f"127.0.0.1:{port}"
+
+        def members():
+            info = httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()
+            return info["brokerAddrTable"].get("broker-a", {}).get("brokerAddrs", {})
+
+        proc = start_broker(conf, "a")
+        try:
+            wait_for(lambda: members() == {"0": addr}, 30, "the broker's registration")
+            r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5,
+                           json={"topicName": "Orders", "clusterName": "e2e", "readQueueNums": 4, "writeQueueNums": 4})
+            assert r.status_code == 200, r.text
+
+            def stored():
+                path = tmp_path / "store" / "config" / "topics.json"
+                return path.exists() and "Orders" in json.loads(path.read_text())["topicConfigTable"]
+
+            took = wait_for(stored, 10, "the topic on the broker")
+            route = httpx.get(f"{base}/api/v1/nameserver/routes/Orders", headers=admin, timeout=5).json()
+            assert route["queueDatas"][0]["writeQueueNums"] == 4 and route["brokerDatas"][0]["brokerAddrs"] == {"0": addr}
+            print(f"topic stored on the broker {took:.2f} s after the API call")
+
+            # A clean restart: the topic survives on the broker and in the route it registers.
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+            proc = start_broker(conf, "a2")
+            wait_for(lambda: members() == {"0": addr}, 30, "the restarted broker")
+            assert "Orders" in json.loads((tmp_path / "store" / "config" / "topics.json").read_text())["topicConfigTable"]
+            assert httpx.get(f"{base}/api/v1/nameserver/routes/Orders", headers=admin, timeout=5).status_code == 200
+
+            # kill -9: the websocket closes and the nameserver unregisters it at once.
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            gone = wait_for(lambda: members() == {}, 10, "the killed broker's removal")
+            print(f"killed broker removed {gone:.2f} s after kill -9")
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
