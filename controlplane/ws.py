@@ -26,8 +26,9 @@ from controlplane.auth import TokenPrincipal, bearer_token, principal_for
 from controlplane.controller import api as controller_api
 from controlplane.controller import liveness as ctl_liveness
 from controlplane.errors import ApiError, ResponseCode, error_body
+from controlplane.validation import ADDR_RE, NAME_RE
 from nameserver import liveness, services
-from nameserver.serializers import ADDR_RE, NAME_RE, RegisterBrokerSerializer, UnregisterSerializer
+from nameserver.serializers import RegisterBrokerSerializer, UnregisterSerializer
 from nameserver.views import register_response
 
 log = logging.getLogger(__name__)

@@ -2,29 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 from rest_framework import serializers
+
+from controlplane.validation import ADDR_RE, NAME_RE, addr_field, name_field
 
 from .core.registry import RegisterRequest
 from .core.values import DataVersion, TopicConfig
 
-# TopicValidator's character set; '/' is excluded everywhere because liveness keys use it.
-NAME_RE = re.compile(r"^[%|a-zA-Z0-9_.-]+$")
-ADDR_RE = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+:\d{1,5}$")
 MAX_ID = 2**63 - 1
-
-
-# '%%' because Django formats validator messages with %-interpolation.
-NAME_MESSAGE = "only letters, digits and %%|_.- are allowed"
-
-
-def _name_field(**kw):
-    return serializers.RegexField(NAME_RE, max_length=127, error_messages={"invalid": NAME_MESSAGE}, **kw)
-
-
-def _addr_field(**kw):
-    return serializers.RegexField(ADDR_RE, max_length=255, error_messages={"invalid": "must be host:port"}, **kw)
+_name_field, _addr_field = name_field, addr_field
 
 
 class DataVersionSerializer(serializers.Serializer):

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from nameserver.serializers import ADDR_RE, NAME_MESSAGE, NAME_RE
+from controlplane.validation import addr_field, name_field
 
 MAX_ID = 2**63 - 1
 INT_MAX = 2**31 - 1
 
 
-def _name(**kw):
-    return serializers.RegexField(NAME_RE, max_length=127, error_messages={"invalid": NAME_MESSAGE}, **kw)
-
-
-def _addr(**kw):
-    return serializers.RegexField(ADDR_RE, max_length=255, error_messages={"invalid": "must be host:port"}, **kw)
+_name, _addr = name_field, addr_field
 
 
 class ApplyBrokerIdSerializer(serializers.Serializer):
