@@ -4,10 +4,10 @@ DataVersion that moves on every change, so the nameserver re-reads queue data wh
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .store.files import write_json_atomically
 from .store.offsets import DataVersion
 
 
@@ -53,13 +53,7 @@ class TopicConfigManager:
     def persist(self) -> None:
         body = {"topicConfigTable": {n: asdict(tc) for n, tc in sorted(self.topics.items())},
                 "dataVersion": self.wire_version()}
-        tmp = self.path.with_suffix(".tmp")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(body, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json_atomically(self.path, body)
 
     def wire_version(self) -> dict:
         dv = self.data_version

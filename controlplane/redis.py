@@ -44,3 +44,17 @@ def async_client() -> aioredis.Redis:
         client = aioredis.Redis(connection_pool=pool)
         _async_clients[loop] = client
     return client
+
+
+# Lua: the Redis server's clock in ms as ``now`` (one clock for every process that judges liveness).
+LUA_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+
+# Lua: KEYS[1] a hash member -> channel; delete ARGV[1] only if it is still bound to channel ARGV[2]
+# (a websocket closing after its broker reconnected elsewhere must not unbind the new one).
+LUA_RELEASE_IF_BOUND = """
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return 1
+end
+return 0
+"""

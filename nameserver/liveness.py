@@ -11,14 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from controlplane.redis import async_client, key, sync_client
-
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+from controlplane.redis import LUA_NOW_MS, LUA_RELEASE_IF_BOUND, async_client, key, sync_client
 
 # KEYS: timeout hash, deadline zset, conn hash. ARGV: member, channel, member, channel, ...
 # Refreshes each registered member and, when a channel is given, binds the member to that websocket.
 # Returns 1/0 per member (0: not registered; nothing is bound then).
-_HEARTBEAT = _NOW_MS + """
+_HEARTBEAT = LUA_NOW_MS + """
 local out = {}
 for i = 1, #ARGV, 2 do
   local m, channel = ARGV[i], ARGV[i + 1]
@@ -35,28 +33,19 @@ return out
 """
 
 # KEYS: timeout hash, deadline zset. ARGV: member, timeout ms.
-_MARK_REGISTERED = _NOW_MS + """
+_MARK_REGISTERED = LUA_NOW_MS + """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
 return now
 """
 
 # KEYS: deadline zset. Returns members whose deadline has passed.
-_EXPIRED = _NOW_MS + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
+_EXPIRED = LUA_NOW_MS + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
 
 # KEYS: deadline zset. ARGV: member. 1 when the member has no deadline or it has passed.
-_IS_EXPIRED = _NOW_MS + """
+_IS_EXPIRED = LUA_NOW_MS + """
 local d = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if (not d) or tonumber(d) < now then return 1 end
-return 0
-"""
-
-# KEYS: conn hash. ARGV: member, channel. Delete only if the member is still bound to that channel.
-_RELEASE = """
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  return 1
-end
 return 0
 """
 
@@ -145,7 +134,7 @@ async def bind_connection(value: str, channel_name: str) -> None:
 
 async def release_connection(value: str, channel_name: str) -> bool:
     """Unbind a closing websocket; False when the broker has meanwhile reconnected elsewhere."""
-    return bool(await async_client().eval(_RELEASE, 1, _keys()[2], value, channel_name))
+    return bool(await async_client().eval(LUA_RELEASE_IF_BOUND, 1, _keys()[2], value, channel_name))
 
 
 def connections(members: Sequence[str]) -> dict[str, str]:

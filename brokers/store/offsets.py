@@ -5,10 +5,11 @@ i.e. the master epoch in controller mode). Persisted atomically (temp file, fsyn
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from .files import write_json_atomically
 
 CONSUMER_OFFSET_UPDATE_VERSION_STEP = 500
 
@@ -55,15 +56,4 @@ class ConsumerOffsets:
         body = {"offsetTable": self.offsets, "dataVersion": {"stateVersion": self.data_version.state_version,
                                                              "counter": self.data_version.counter,
                                                              "timestamp": self.data_version.timestamp}}
-        tmp = self.path.with_suffix(".tmp")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(body, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_json_atomically(self.path, body)

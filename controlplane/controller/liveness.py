@@ -11,18 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controlplane.redis import async_client, key, sync_client
+from controlplane.redis import LUA_NOW_MS, LUA_RELEASE_IF_BOUND, async_client, key, sync_client
 
 from .core.state import INT_MAX, LiveInfo
 
 DEFAULT_TIMEOUT_MILLIS = 10_000  # DEFAULT_BROKER_CHANNEL_EXPIRED_TIME in the controller
-_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
 
 # KEYS: deadline zset, conn hash. ARGV[1]: hash key prefix; then per beat 8 values:
 # member, addr, epoch, maxOffset, confirmOffset, priority, timeout, channel ('' = do not bind).
 # (epoch, maxOffset, confirmOffset) only move forward: a larger epoch, or the same epoch with a
 # larger maxOffset (a truncated replica keeps its old, higher maxOffset until its epoch grows).
-_HEARTBEAT = _NOW_MS + """
+_HEARTBEAT = LUA_NOW_MS + """
 for i = 2, #ARGV, 8 do
   local m = ARGV[i]
   local k = ARGV[1] .. m
@@ -40,7 +39,7 @@ return now
 """
 
 # ARGV[1]: hash key prefix, then members. Returns {now, fields of member 1, fields of member 2, ...}.
-_READ = _NOW_MS + """
+_READ = LUA_NOW_MS + """
 local out = {now}
 for i = 2, #ARGV do
   out[#out + 1] = redis.call('HMGET', ARGV[1] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
@@ -49,15 +48,8 @@ end
 return out
 """
 
-_EXPIRED = _NOW_MS + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
+_EXPIRED = LUA_NOW_MS + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
 
-_RELEASE = """
-if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
-  redis.call('HDEL', KEYS[1], ARGV[1])
-  return 1
-end
-return 0
-"""
 
 
 @dataclass(frozen=True)
@@ -175,7 +167,7 @@ def connections(members: Sequence[str]) -> dict[str, str]:
 
 
 async def release_connection(value: str, channel_name: str) -> bool:
-    return bool(await async_client().eval(_RELEASE, 1, _keys()[1], value, channel_name))
+    return bool(await async_client().eval(LUA_RELEASE_IF_BOUND, 1, _keys()[1], value, channel_name))
 
 
 def live_groups() -> set[tuple[str, str]]:

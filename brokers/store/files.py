@@ -1,0 +1,23 @@
+"""Durable small files: write to a temporary file, fsync it, rename over the old one, fsync the folder."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+def write_json_atomically(path: Path, body: object) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(body, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
