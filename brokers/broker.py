@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .config import BrokerConfig
 from .control.nameserver import NameserverLink
+from .grpc.service import serve
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .topics import TopicConfigManager, system_topics
 
@@ -27,15 +28,21 @@ class Broker:
             if tc.topicName not in self.topics.topics:
                 self.topics.update(tc)
         self.nameserver = NameserverLink(config, self.topics)
+        self.grpc_server = None
+        self.grpc_service = None
 
     async def start(self) -> None:
         report = await self.store.start()
         log.info("store recovered: %d messages, max offset %d%s", report.messages, report.max_offset,
                  f", cut {report.removed_bytes} torn bytes at {report.truncated_at}" if report.truncated_at is not None else "")
+        self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics)
         self.nameserver.start()
 
     async def stop(self) -> None:
         await self.nameserver.stop()
+        if self.grpc_server is not None:
+            await self.grpc_server.stop(grace=2)
+            await self.grpc_service.close()
         await self.store.shutdown()
 
     async def run_until_signalled(self) -> None:

@@ -46,6 +46,10 @@ class BrokerConfig:
         return f"{self.brokerIP1}:{self.listenPort}"
 
     @property
+    def grpc_addr(self) -> str:
+        return f"{self.brokerIP1}:{self.grpcServerPort}"
+
+    @property
     def ha_server_addr(self) -> str:
         return f"{self.brokerIP1}:{self.haListenPort}"
 

@@ -30,6 +30,7 @@ class BrokerMember(models.Model):
     broker_id = models.BigIntegerField()
     broker_addr = models.CharField(max_length=255)
     ha_server_addr = models.CharField(max_length=255, blank=True, default="")
+    grpc_addr = models.CharField(max_length=255, blank=True, default="")  # ours: RocketMQ 5 client endpoint
     heartbeat_timeout_millis = models.IntegerField()
     state_version = models.BigIntegerField(default=0)
     data_version_counter = models.BigIntegerField(default=0)

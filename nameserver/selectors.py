@@ -19,6 +19,7 @@ def member_value(m: BrokerMember) -> Member:
         ha_server_addr=m.ha_server_addr,
         data_version=DataVersion(m.state_version, m.data_version_counter, m.data_version_timestamp),
         heartbeat_timeout_millis=m.heartbeat_timeout_millis,
+        grpc_addr=m.grpc_addr,
     )
 
 

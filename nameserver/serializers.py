@@ -60,6 +60,8 @@ class RegisterBrokerSerializer(serializers.Serializer):
     brokerName = _name_field()
     brokerAddr = _addr_field()
     haServerAddr = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
+    # Ours: the broker's RocketMQ 5 gRPC endpoint, returned in routes as brokerGrpcAddrs.
+    grpcAddr = addr_field(required=False, allow_blank=True, default="")
     brokerId = serializers.IntegerField(min_value=0, max_value=MAX_ID)
     zoneName = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
     heartbeatTimeoutMillis = serializers.IntegerField(min_value=1, max_value=3_600_000, required=False, allow_null=True)
@@ -85,6 +87,7 @@ class RegisterBrokerSerializer(serializers.Serializer):
             heartbeat_timeout_millis=d.get("heartbeatTimeoutMillis"),
             enable_acting_master=d.get("enableActingMaster"),
             data_version=DataVersion(dv.get("stateVersion", 0), dv.get("counter", 0), dv.get("timestamp", 0)),
+            grpc_addr=d.get("grpcAddr") or "",
             topic_configs=tuple(
                 TopicConfig(name, tc["readQueueNums"], tc["writeQueueNums"], tc["perm"], tc["topicSysFlag"])
                 for name, tc in sorted((wrapper.get("topicConfigTable") or {}).items())

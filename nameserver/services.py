@@ -78,6 +78,7 @@ def register_broker(request: RegisterRequest) -> RegisterResult:
                 defaults=dict(
                     broker_addr=me.broker_addr,
                     ha_server_addr=me.ha_server_addr,
+                    grpc_addr=me.grpc_addr,
                     heartbeat_timeout_millis=me.heartbeat_timeout_millis,
                     state_version=me.data_version.state_version,
                     data_version_counter=me.data_version.counter,

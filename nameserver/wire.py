@@ -25,6 +25,7 @@ def broker_data(b: BrokerData) -> dict:
         "zoneName": b.zone_name,
         "enableActingMaster": b.enable_acting_master,
         "actingMaster": b.acting_master,
+        "brokerGrpcAddrs": {str(k): v for k, v in b.grpc_addrs.items()},
     }
 
 

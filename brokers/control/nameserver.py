@@ -167,7 +167,7 @@ class NameserverLink:
         c = self.config
         reply = await self.call("register", {
             "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerAddr": c.broker_addr,
-            "haServerAddr": c.ha_server_addr, "brokerId": c.brokerId, "zoneName": c.zoneName,
+            "haServerAddr": c.ha_server_addr, "grpcAddr": c.grpc_addr, "brokerId": c.brokerId, "zoneName": c.zoneName,
             "heartbeatTimeoutMillis": c.heartbeat_timeout_millis, "enableActingMaster": c.enableSlaveActingMaster,
             "topicConfigWrapper": self.topics.wrapper(),
         })

@@ -36,6 +36,7 @@ class RegisterRequest:
     enable_acting_master: bool | None = None
     data_version: DataVersion = DataVersion()
     topic_configs: tuple[TopicConfig, ...] = ()
+    grpc_addr: str = ""
 
 
 class RegisterOutcome(Enum):
@@ -120,6 +121,7 @@ def decide_register(
         ha_server_addr=request.ha_server_addr,
         data_version=request.data_version,
         heartbeat_timeout_millis=request.heartbeat_timeout_millis or DEFAULT_HEARTBEAT_TIMEOUT_MILLIS,
+        grpc_addr=request.grpc_addr,
     )
     others = tuple(m for m in group.members if m.broker_id != request.broker_id)
     group = replace(group, members=tuple(sorted((*others, member), key=lambda m: m.broker_id)))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import perm as P
 from .values import MASTER_ID, SYNC_BROKER_MEMBER_GROUP_PREFIX, Group, QueueData
@@ -17,6 +17,7 @@ class BrokerData:
     zone_name: str = ""
     enable_acting_master: bool = False
     acting_master: bool = False  # ours, for operators: id 0 here is a slave standing in, read-only
+    grpc_addrs: Mapping[int, str] = field(default_factory=dict)  # ours: the RocketMQ 5 client endpoints
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ def pickup_route(
             broker_addrs=dict(sorted(g.broker_addrs.items())),
             zone_name=g.zone_name,
             enable_acting_master=bool(g.enable_acting_master),
+            grpc_addrs=dict(sorted(g.grpc_addrs.items())),
         )
         for name in sorted({qd.broker_name for qd in queue_datas})
         if (g := groups.get(name)) is not None and g.members
@@ -62,7 +64,10 @@ def _substitute_acting_master(bd: BrokerData, topic_perm: int | None) -> BrokerD
         return bd
     if topic_perm is None or P.is_writeable(topic_perm):
         return bd
-    acting_addr = addrs.pop(min(addrs))
+    acting_id = min(addrs)
+    acting_addr = addrs.pop(acting_id)
+    grpc = dict(bd.grpc_addrs)
+    acting_grpc = grpc.pop(acting_id, None)
     return BrokerData(
         cluster=bd.cluster,
         broker_name=bd.broker_name,
@@ -70,4 +75,5 @@ def _substitute_acting_master(bd: BrokerData, topic_perm: int | None) -> BrokerD
         zone_name=bd.zone_name,
         enable_acting_master=bd.enable_acting_master,
         acting_master=True,
+        grpc_addrs={**({MASTER_ID: acting_grpc} if acting_grpc else {}), **dict(sorted(grpc.items()))},
     )

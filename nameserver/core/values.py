@@ -48,6 +48,8 @@ class Member:
     ha_server_addr: str = ""
     data_version: DataVersion = DataVersion()
     heartbeat_timeout_millis: int = DEFAULT_HEARTBEAT_TIMEOUT_MILLIS
+    # Ours: where the broker serves RocketMQ 5 clients (gRPC MessagingService); "" if it does not.
+    grpc_addr: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,10 @@ class Group:
     @property
     def broker_addrs(self) -> dict[int, str]:
         return {m.broker_id: m.broker_addr for m in self.members}
+
+    @property
+    def grpc_addrs(self) -> dict[int, str]:
+        return {m.broker_id: m.grpc_addr for m in self.members if m.grpc_addr}
 
     def member_at(self, broker_addr: str) -> Member | None:
         return next((m for m in self.members if m.broker_addr == broker_addr), None)

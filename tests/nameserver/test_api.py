@@ -370,3 +370,11 @@ def test_a_re_registration_that_changes_nothing_keeps_the_route_cache(api):
     assert route_cache.current_version() == version
     ok(register(api, 0, M, counter=2))
     assert route_cache.current_version() > version
+
+
+def test_routes_carry_each_brokers_grpc_endpoint(api):
+    ok(api.post(f"{NS}/brokers/register", {**register_body(0, M), "grpcAddr": "127.0.0.1:18081"}, format="json"))
+    ok(register(api, 1, S1))
+    bd = ok(api.get(f"{NS}/routes/TopicA"))["brokerDatas"][0]
+    assert bd["brokerGrpcAddrs"] == {"0": "127.0.0.1:18081"}
+    err(api.post(f"{NS}/brokers/register", {**register_body(0, M), "grpcAddr": "nope"}, format="json"), 400, 29)

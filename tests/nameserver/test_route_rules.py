@@ -53,3 +53,9 @@ def test_route_does_not_mutate_the_registry_view():
     groups = {"b1": g("b1", {1: B, 2: C})}
     pickup_route("T", [QueueData("b1", 1, 1, 4)], groups, support_acting_master=True)
     assert groups["b1"].broker_addrs == {1: B, 2: C}
+
+
+def test_grpc_endpoints_follow_the_acting_master_substitution():
+    group = Group("c1", "b1", "", True, (Member(1, B, grpc_addr="10.0.0.2:8081"), Member(2, C, grpc_addr="10.0.0.3:8081")))
+    route = pickup_route("T", [QueueData("b1", 1, 1, 4)], {"b1": group}, support_acting_master=True)
+    assert dict(route.broker_datas[0].grpc_addrs) == {0: "10.0.0.2:8081", 2: "10.0.0.3:8081"}

@@ -1,0 +1,145 @@
+"""``MessagingService`` for the official RocketMQ 5 clients. Producer side for now: QueryRoute,
+Heartbeat, Telemetry (settings exchange), SendMessage, NotifyClientTermination. Every other call
+answers the base servicer's UNIMPLEMENTED status, never a crash."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import grpc
+import httpx
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+
+from ..config import BrokerConfig
+from ..store.message import Message
+from ..store.store import MessageStore
+from ..topics import TopicConfigManager
+from .codes import permission, send_code
+
+log = logging.getLogger("brokers.grpc")
+
+MAX_BODY_SIZE = 4 * 1024 * 1024  # as RocketMQ's maxMessageSize
+ROUTE_TIMEOUT_S = 3.0
+
+
+def _status(code: int, message: str = "") -> pb.Status:
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+def _endpoints(addr: str) -> pb.Endpoints:
+    host, _, port = addr.rpartition(":")
+    return pb.Endpoints(scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))])
+
+
+class MessagingService(rpc.MessagingServiceServicer):
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager):
+        self.config = config
+        self.store = store
+        self.topics = topics
+        self._next_queue = itertools.count()
+        self._http = httpx.AsyncClient(base_url=config.controlPlaneUrl, timeout=ROUTE_TIMEOUT_S,
+                                       headers={"Authorization": f"Bearer {config.token}"})
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    # --- routes ----------------------------------------------------------------------------------
+
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
+        topic = request.topic.name
+        try:
+            r = await self._http.get(f"/api/v1/nameserver/routes/{topic}")
+        except httpx.HTTPError as exc:
+            return spb.QueryRouteResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, f"nameserver unreachable: {exc}"))
+        if r.status_code == 404:
+            return spb.QueryRouteResponse(status=_status(pb.Code.TOPIC_NOT_FOUND, f"no route for topic {topic}"))
+        if r.status_code != 200:
+            return spb.QueryRouteResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, r.text[:200]))
+        route = r.json()
+        perms = {qd["brokerName"]: qd for qd in route["queueDatas"]}
+        queues = []
+        for bd in route["brokerDatas"]:
+            grpc_addr = bd.get("brokerGrpcAddrs", {}).get("0")
+            qd = perms.get(bd["brokerName"])
+            if grpc_addr is None or qd is None:
+                continue  # no master, or a broker without a client endpoint: nothing to route to
+            broker = pb.Broker(name=bd["brokerName"], id=0, endpoints=_endpoints(grpc_addr))
+            for qid in range(max(qd["readQueueNums"], qd["writeQueueNums"])):
+                perm = qd["perm"]
+                if qid >= qd["writeQueueNums"]:
+                    perm &= ~2
+                if qid >= qd["readQueueNums"]:
+                    perm &= ~4
+                queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=permission(perm), broker=broker,
+                                              accept_message_types=[pb.MessageType.NORMAL]))
+        return spb.QueryRouteResponse(status=_status(pb.Code.OK), message_queues=queues)
+
+    # --- client session ---------------------------------------------------------------------------
+
+    async def Heartbeat(self, request, context) -> spb.HeartbeatResponse:
+        return spb.HeartbeatResponse(status=_status(pb.Code.OK))
+
+    async def Telemetry(self, request_iterator, context):
+        """Settings exchange: every settings command is answered with the settings this broker
+        enforces (its real body size limit) and an OK status."""
+        async for command in request_iterator:
+            if command.HasField("settings"):
+                settings = pb.Settings()
+                settings.CopyFrom(command.settings)
+                if settings.HasField("publishing"):
+                    settings.publishing.max_body_size = MAX_BODY_SIZE
+                settings.metric.on = False
+                yield pb.TelemetryCommand(status=_status(pb.Code.OK), settings=settings)
+
+    async def NotifyClientTermination(self, request, context) -> spb.NotifyClientTerminationResponse:
+        return spb.NotifyClientTerminationResponse(status=_status(pb.Code.OK))
+
+    # --- sending ----------------------------------------------------------------------------------
+
+    async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
+        if not request.messages:
+            return spb.SendMessageResponse(status=_status(pb.Code.BAD_REQUEST, "no message"))
+        stored, entries = [], []
+        for m in request.messages:
+            topic = self.topics.topics.get(m.topic.name)
+            if topic is None:
+                return spb.SendMessageResponse(status=_status(pb.Code.TOPIC_NOT_FOUND, f"topic {m.topic.name} not found"))
+            if not m.body:
+                return spb.SendMessageResponse(status=_status(pb.Code.MESSAGE_BODY_EMPTY))
+            if len(m.body) > MAX_BODY_SIZE:
+                return spb.SendMessageResponse(status=_status(pb.Code.MESSAGE_BODY_TOO_LARGE))
+            if topic.writeQueueNums < 1 or not topic.perm & 2:
+                return spb.SendMessageResponse(status=_status(pb.Code.FORBIDDEN, f"topic {topic.topicName} is not writeable"))
+            sp = m.system_properties
+            props = dict(m.user_properties)
+            props["UNIQ_KEY"] = sp.message_id
+            if sp.HasField("tag"):
+                props["TAGS"] = sp.tag
+            if sp.keys:
+                props["KEYS"] = " ".join(sp.keys)
+            props["BORN_HOST"] = sp.born_host
+            stored.append(Message(topic.topicName, next(self._next_queue) % topic.writeQueueNums, bytes(m.body), props,
+                                  born_timestamp=sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 10**6))
+        results = await self.store.put_messages(stored)
+        for m, result in zip(request.messages, results, strict=True):
+            code = send_code(result.status)
+            entries.append(spb.SendResultEntry(status=_status(code, result.detail), message_id=m.system_properties.message_id,
+                                               offset=max(0, result.queue_offset)))
+        first_bad = next((e.status for e in entries if e.status.code != pb.Code.OK), None)
+        return spb.SendMessageResponse(status=first_bad or _status(pb.Code.OK), entries=entries)
+
+
+async def serve(config: BrokerConfig, store: MessageStore,
+                topics: TopicConfigManager) -> tuple[grpc.aio.Server, MessagingService]:
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_BODY_SIZE + 1024 * 1024),
+                                      ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+    service = MessagingService(config, store, topics)
+    rpc.add_MessagingServiceServicer_to_server(service, server)
+    addr = f"{config.brokerIP1}:{config.grpcServerPort}"
+    if server.add_insecure_port(addr) == 0:
+        raise OSError(f"cannot listen on {addr}")
+    await server.start()
+    return server, service
