@@ -10,6 +10,7 @@ from pathlib import Path
 from .config import BrokerConfig
 from .control.nameserver import NameserverLink
 from .grpc.service import serve
+from .store.offsets import ConsumerOffsets
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .topics import TopicConfigManager, system_topics
 
@@ -35,13 +36,18 @@ class Broker:
         report = await self.store.start()
         log.info("store recovered: %d messages, max offset %d%s", report.messages, report.max_offset,
                  f", cut {report.removed_bytes} torn bytes at {report.truncated_at}" if report.truncated_at is not None else "")
-        self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics)
+        offsets = ConsumerOffsets(Path(self.config.storePathRootDir) / "config" / "consumerOffset.json")
+        self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, offsets)
+        self._revive = asyncio.get_running_loop().create_task(self.grpc_service.revive_forever(), name="revive")
         self.nameserver.start()
 
     async def stop(self) -> None:
         await self.nameserver.stop()
         if self.grpc_server is not None:
+            self._revive.cancel()
+            await asyncio.gather(self._revive, return_exceptions=True)
             await self.grpc_server.stop(grace=2)
+            self.grpc_service._persist_offsets()
             await self.grpc_service.close()
         await self.store.shutdown()
 

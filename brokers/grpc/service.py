@@ -1,6 +1,7 @@
-"""``MessagingService`` for the official RocketMQ 5 clients. Producer side for now: QueryRoute,
-Heartbeat, Telemetry (settings exchange), SendMessage, NotifyClientTermination. Every other call
-answers the base servicer's UNIMPLEMENTED status, never a crash."""
+"""``MessagingService`` for the official RocketMQ 5 clients: QueryRoute, Heartbeat, Telemetry
+(settings exchange), SendMessage, NotifyClientTermination here; ReceiveMessage, AckMessage and
+ChangeInvisibleDuration in consumer.py. Every other call answers the base servicer's UNIMPLEMENTED
+status, never a crash."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from ..config import BrokerConfig
 from ..store.message import Message
+from ..store.offsets import ConsumerOffsets
 from ..store.store import MessageStore
 from ..topics import TopicConfigManager
 from .codes import permission, send_code
+from .consumer import ConsumerSide
 
 log = logging.getLogger("brokers.grpc")
 
@@ -34,11 +37,12 @@ def _endpoints(addr: str) -> pb.Endpoints:
     return pb.Endpoints(scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))])
 
 
-class MessagingService(rpc.MessagingServiceServicer):
-    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager):
+class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
+    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsets):
         self.config = config
         self.store = store
         self.topics = topics
+        self.init_consumer(offsets)
         self._next_queue = itertools.count()
         self._http = httpx.AsyncClient(base_url=config.controlPlaneUrl, timeout=ROUTE_TIMEOUT_S,
                                        headers={"Authorization": f"Bearer {config.token}"})
@@ -132,11 +136,11 @@ class MessagingService(rpc.MessagingServiceServicer):
         return spb.SendMessageResponse(status=first_bad or _status(pb.Code.OK), entries=entries)
 
 
-async def serve(config: BrokerConfig, store: MessageStore,
-                topics: TopicConfigManager) -> tuple[grpc.aio.Server, MessagingService]:
+async def serve(config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
+                offsets: ConsumerOffsets) -> tuple[grpc.aio.Server, MessagingService]:
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_BODY_SIZE + 1024 * 1024),
                                       ("grpc.max_send_message_length", 64 * 1024 * 1024)])
-    service = MessagingService(config, store, topics)
+    service = MessagingService(config, store, topics, offsets)
     rpc.add_MessagingServiceServicer_to_server(service, server)
     addr = f"{config.brokerIP1}:{config.grpcServerPort}"
     if server.add_insecure_port(addr) == 0:
