@@ -4,7 +4,10 @@
     the same bytes (1 MiB os.write calls, one fsync at the end) as the physical baseline;
 (b) SYNC_FLUSH with group commit: many concurrent senders, each acknowledged only after an fsync
     that covers it;
-(c) end to end over gRPC: not measured yet — the client endpoint is not built (printed as null).
+(c) end to end over gRPC: a real broker process (its store, ASYNC_FLUSH) and one client process that
+    sends batched SendMessage requests (``--batch`` messages each, ``--grpc-in-flight`` requests in
+    flight) with the protocol classes of rocketmq-python-client; a real control plane is not needed
+    for sending, so the broker runs with an unreachable control-plane URL (it keeps retrying).
 
 The last line printed is one JSON object: store_append_mb_s, raw_write_mb_s, append_ratio,
 sync_flush_msgs_per_s, grpc_msgs_per_s.
@@ -87,12 +90,69 @@ def raw_write(path: Path, total: int) -> float:
     return elapsed
 
 
+def grpc_phase(root: Path, count: int, batch: int, in_flight: int) -> float:
+    """Start a broker process, create the topic in its store config, and send over gRPC."""
+    import socket
+    import subprocess
+
+    import grpc
+    from rocketmq.grpc_protocol import definition_pb2 as pb
+    from rocketmq.grpc_protocol import service_pb2 as spb
+    from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+
+    from brokers.topics import TopicConfig, TopicConfigManager
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    root.mkdir(parents=True)
+    TopicConfigManager(root / "config" / "topics.json").update(TopicConfig("Bench", 8, 8, 6))
+    port = free_port()
+    conf = root / "broker.conf"
+    conf.write_text("\n".join([
+        "brokerName=bench", f"listenPort={free_port()}", f"haListenPort={free_port()}", f"grpcServerPort={port}",
+        f"storePathRootDir={root}", f"controlPlaneUrl=http://127.0.0.1:{free_port()}", "controlPlaneToken=unused",
+        f"mappedFileSizeCommitLog={SEGMENT}",
+    ]))
+    broker = subprocess.Popen([sys.executable, "-m", "brokers", "-c", str(conf), "--log-level", "ERROR"],
+                              cwd=Path(__file__).resolve().parent.parent, stderr=subprocess.DEVNULL)
+    try:
+        async def run() -> float:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                await asyncio.wait_for(channel.channel_ready(), 30)
+                stub = rpc.MessagingServiceStub(channel)
+                requests = [spb.SendMessageRequest(messages=[
+                    pb.Message(topic=pb.Resource(name="Bench"), body=BODY, system_properties=pb.SystemProperties(
+                        message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL))
+                    for n in range(first, min(count, first + batch))]) for first in range(0, count, batch)]
+                sem = asyncio.Semaphore(in_flight)
+
+                async def send(req) -> None:
+                    async with sem:
+                        resp = await stub.SendMessage(req, timeout=30)
+                        if resp.status.code != pb.Code.OK:
+                            raise SystemExit(f"send failed: {resp.status}")
+
+                start = time.perf_counter()
+                await asyncio.gather(*(send(r) for r in requests))
+                return count / (time.perf_counter() - start)
+
+        return asyncio.run(run())
+    finally:
+        broker.terminate()
+        broker.wait(timeout=30)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--messages", type=int, default=200_000)
     p.add_argument("--sync-messages", type=int, default=100_000)
     p.add_argument("--senders", type=int, default=512, help="sends in flight")
     p.add_argument("--batch", type=int, default=32, help="messages per send in (a); (b) sends one message each")
+    p.add_argument("--grpc-messages", type=int, default=100_000)
+    p.add_argument("--grpc-in-flight", type=int, default=16, help="SendMessage requests in flight in (c)")
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     args = p.parse_args()
     base = Path(args.dir or tempfile.mkdtemp(prefix="rmq-produce-"))
@@ -113,7 +173,9 @@ def main() -> None:
         sync_rate = args.sync_messages / st
         log(f"    {sync_rate:.0f} msgs/s, {sstats['fsyncs']} fsyncs ({args.sync_messages / max(1, sstats['fsyncs']):.0f} "
             "messages per fsync)")
-        log("(c) gRPC: not measured — the broker's client endpoint is not built yet")
+        log(f"(c) gRPC: {args.grpc_messages} x 1 KB in SendMessage batches of {args.batch}, one client process")
+        grpc_rate = grpc_phase(base / "grpc", args.grpc_messages, args.batch, args.grpc_in_flight)
+        log(f"    {grpc_rate:.0f} msgs/s")
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
@@ -122,7 +184,7 @@ def main() -> None:
         "raw_write_mb_s": round(raw_mb_s, 1),
         "append_ratio": round(store_mb_s / raw_mb_s, 3),
         "sync_flush_msgs_per_s": round(sync_rate, 1),
-        "grpc_msgs_per_s": None,
+        "grpc_msgs_per_s": round(grpc_rate, 1),
     }))
 
 
