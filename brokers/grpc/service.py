@@ -1,5 +1,5 @@
-"""``MessagingService`` for the official RocketMQ 5 clients: QueryRoute, Heartbeat, Telemetry
-(settings exchange), SendMessage, NotifyClientTermination here; ReceiveMessage, AckMessage and
+"""``MessagingService`` for the official RocketMQ 5 clients: QueryRoute, QueryAssignment, Heartbeat,
+Telemetry (settings exchange), SendMessage, NotifyClientTermination here; ReceiveMessage, AckMessage and
 ChangeInvisibleDuration in consumer.py. Every other call answers the base servicer's UNIMPLEMENTED
 status, never a crash."""
 
@@ -53,7 +53,20 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
     # --- routes ----------------------------------------------------------------------------------
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
-        topic = request.topic.name
+        return await self._route(request.topic)
+
+    async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context) -> spb.QueryAssignmentResponse:
+        """Push consumers' queues: every readable queue of the topic's masters (the broker side of
+        rebalancing is "all readable queues"; the clients share them among themselves)."""
+        route = await self._route(request.topic)
+        if route.status.code != pb.Code.OK:
+            return spb.QueryAssignmentResponse(status=route.status)
+        readable = (pb.Permission.READ, pb.Permission.READ_WRITE)
+        return spb.QueryAssignmentResponse(status=route.status, assignments=[
+            pb.Assignment(message_queue=q) for q in route.message_queues if q.permission in readable])
+
+    async def _route(self, resource: pb.Resource) -> spb.QueryRouteResponse:
+        topic = resource.name
         try:
             r = await self._http.get(f"/api/v1/nameserver/routes/{topic}")
         except httpx.HTTPError as exc:
@@ -77,7 +90,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                     perm &= ~2
                 if qid >= qd["readQueueNums"]:
                     perm &= ~4
-                queues.append(pb.MessageQueue(topic=request.topic, id=qid, permission=permission(perm), broker=broker,
+                queues.append(pb.MessageQueue(topic=resource, id=qid, permission=permission(perm), broker=broker,
                                               accept_message_types=[pb.MessageType.NORMAL]))
         return spb.QueryRouteResponse(status=_status(pb.Code.OK), message_queues=queues)
 

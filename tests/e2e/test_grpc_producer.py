@@ -13,6 +13,7 @@ import httpx
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Producer
 from rocketmq import Message as ClientMessage
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
@@ -70,10 +71,17 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
             wait_for(lambda: len(httpx.get(f"{base}/api/v1/nameserver/routes/Orders", headers=admin,
                                            timeout=5).json()["brokerDatas"]) == 2, 10, "the route on both brokers")
 
-            # An unsupported call answers a proper gRPC status, not a crash.
             with grpc.insecure_channel(f"127.0.0.1:{grpc_ports[0]}") as channel:
+                stub = rpc.MessagingServiceStub(channel)
+                # Push consumers' assignment: every readable queue of both brokers, with their endpoints.
+                assignment = stub.QueryAssignment(spb.QueryAssignmentRequest(topic=pb.Resource(name="Orders")), timeout=5)
+                assert assignment.status.code == pb.Code.OK
+                assert sorted((a.message_queue.broker.name, a.message_queue.id) for a in assignment.assignments) == [
+                    (b, q) for b in ("broker-a", "broker-b") for q in range(4)]
+                assert {a.message_queue.broker.endpoints.addresses[0].port for a in assignment.assignments} == set(grpc_ports)
+                # An unsupported call answers a proper gRPC status, not a crash.
                 with pytest.raises(grpc.RpcError) as e:
-                    rpc.MessagingServiceStub(channel).QueryOffset(spb.QueryOffsetRequest(), timeout=5)
+                    stub.QueryOffset(spb.QueryOffsetRequest(), timeout=5)
                 assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
             producer = Producer(ClientConfiguration(f"127.0.0.1:{grpc_ports[0]}", Credentials()), ("Orders",))
