@@ -91,6 +91,23 @@ def server(env: dict[str, str], port: int, workers: int = 1, ws_impl: str = "web
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def paced(call, start_wall: float, stop_wall: float, rate: float) -> list[float]:
+    """Open loop: ``call(k)`` at ``rate`` per second from one wall-clock instant to another (a slow
+    call does not lower the offered rate); returns each call's latency in ms."""
+    latencies: list[float] = []
+    k, next_at = 0, start_wall
+    while next_at < stop_wall:
+        delay = next_at - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        t0 = time.perf_counter()
+        call(k)
+        latencies.append((time.perf_counter() - t0) * 1000)
+        k += 1
+        next_at += 1 / rate
+    return latencies
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")

@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_env, clear_redis_prefix, percentile, prepare_database, setup_django  # noqa: E402
+from bench.common import bench_env, clear_redis_prefix, paced, percentile, prepare_database, setup_django  # noqa: E402
 
 CLUSTER = "bench"
 HOT = "hot"
@@ -184,19 +184,7 @@ def heartbeat_prober(conn, names: list[str], replicas: int, rate: float, measure
 
     sync_client().ping()
     beats = [beat(n, i) for n in names for i in range(1, replicas + 1)]
-    latencies: list[float] = []
-    k = 0
-    next_at = measure_from
-    while next_at < stop:
-        delay = next_at - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        t0 = time.perf_counter()
-        services.heartbeat(beats[k % len(beats)])
-        latencies.append((time.perf_counter() - t0) * 1000)
-        k += 1
-        next_at += 1 / rate
-    conn.send(latencies)
+    conn.send(paced(lambda k: services.heartbeat(beats[k % len(beats)]), measure_from, stop, rate))
 
 
 # --- the parent --------------------------------------------------------------------------------------

@@ -30,7 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 import websockets  # noqa: E402
 
-from bench.common import bench_env, clear_redis_prefix, percentile, prepare_database, server, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    bench_env,
+    clear_redis_prefix,
+    paced,
+    percentile,
+    prepare_database,
+    server,
+    setup_django,
+)
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -117,19 +125,9 @@ async def ws_phase(base: str, token: str, addrs: list[str], interval: float, sec
 
 def route_prober(base: str, token: str, start_wall: float, stop_wall: float, rate: float, out) -> None:
     """GET /routes/BenchTopic at a steady rate between two wall-clock instants; sends the latencies."""
-    latencies = []
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
-        next_at = start_wall
-        while next_at < stop_wall:
-            delay = next_at - time.time()
-            if delay > 0:
-                time.sleep(delay)
-            t0 = time.perf_counter()
-            r = client.get("/api/v1/nameserver/routes/BenchTopic")
-            r.raise_for_status()
-            latencies.append((time.perf_counter() - t0) * 1000)
-            next_at += 1 / rate
-    out.send(latencies)
+        out.send(paced(lambda k: client.get("/api/v1/nameserver/routes/BenchTopic").raise_for_status(),
+                       start_wall, stop_wall, rate))
 
 
 async def rest_phase(base: str, token: str, addrs: list[str], seconds: float, concurrency: int) -> float:
