@@ -12,6 +12,7 @@ import sys
 
 from .broker import Broker
 from .config import ConfigInvalid, load
+from .runtime import tune_gc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.install()
     except ImportError:
         pass
+    tune_gc()
     asyncio.run(Broker(config).run_until_signalled())
     return 0
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from collections import defaultdict
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
+from isal.isal_zlib import crc32
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
@@ -111,7 +111,7 @@ class ConsumerSide:
         sp = pb.SystemProperties(
             keys=[k for k in props.get("KEYS", "").split(" ") if k],
             message_id=props.get("UNIQ_KEY", ""),
-            body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=f"{zlib.crc32(m.body) & 0xFFFFFFFF:08X}"),
+            body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=f"{crc32(m.body) & 0xFFFFFFFF:08X}"),
             body_encoding=pb.Encoding.IDENTITY,
             message_type=pb.MessageType.NORMAL,
             born_timestamp=born,

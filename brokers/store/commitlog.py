@@ -1,21 +1,24 @@
 """The commit log: fixed-size segment files named by their start offset (20 digits), as RocketMQ's.
 
-Blocking I/O: the asyncio store calls it from one writer thread. A batch of records is written
-with one ``pwrite`` per segment; ``flush`` fsyncs what was written since the last flush. A record
-never spans two segments: when it does not fit, the segment's tail gets a blank record and the
-next segment starts at ``start + segment_size``.
+The store places and encodes a batch of records on its event loop (``place_batch``, no I/O) and
+writes them from one I/O thread (``write``: ``pwritev`` straight from the records' buffers);
+``flush`` fsyncs what was written since the last flush. A record never spans two segments: when
+it does not fit, the segment's tail gets a blank record and the next segment starts at
+``start + segment_size``.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, blank, decode, record_length
+
+_IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 
 
 def _fsync_dir(path: Path) -> None:
@@ -30,12 +33,16 @@ def _fsync_dir(path: Path) -> None:
 class Segment:
     start: int
     path: Path
-    fd: int
-    length: int  # bytes written
+    fd: int  # -1: placed, its file not created yet
+    length: int  # bytes placed (written, or handed to the I/O thread to write)
     dirty: bool = False
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+
+
+Writes = list[tuple[Segment, int, list[bytes]]]  # (segment, position in its file, buffers)
 
 
 @dataclass
@@ -76,53 +83,82 @@ class CommitLog:
     # --- writing ----------------------------------------------------------------------------------
 
     def _new_segment(self, start: int) -> Segment:
-        path = self.root / f"{start:020d}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        seg = Segment(start, path, fd, 0, dirty=True)
+        """A segment placed but not created yet: ``write`` creates its file (fd -1 until then)."""
+        seg = Segment(start, self.root / f"{start:020d}", -1, 0)
         self.segments.append(seg)
-        _fsync_dir(self.root)
         return seg
 
-    def append_batch(self, sizes: list[int], make: Callable[[int, int], bytes]) -> list[int]:
-        """Place records of the given sizes one after another; ``make(i, physical_offset)`` encodes
-        record i once its offset is known. Returns each record's physical offset."""
+    def _create(self, seg: Segment) -> None:
+        seg.fd = os.open(seg.path, os.O_RDWR | os.O_CREAT, 0o644)
+        _fsync_dir(self.root)
+
+    def place_batch(self, sizes: list[int], make: Callable[[int, int], Sequence[bytes]]) -> tuple[list[int], Writes]:
+        """Place records of the given sizes one after another and encode them: ``make(i, offset)``
+        returns record i, once its offset is known, as buffers that together are the record. Returns
+        each record's physical offset and the writes that put them on disk (``write``).
+
+        Placing is pure computation (no I/O), so the store does it on its event loop, and only the
+        writes go to its I/O thread; a record's offset is final once placed."""
         offsets: list[int] = []
-        pending: dict[int, list[bytes]] = {}  # segment index -> chunks
+        writes: Writes = []
         seg = self.segments[-1] if self.segments else self._new_segment(0)
         pos = seg.length
+        chunks: list[bytes] = []
+        at = pos
         for i, size in enumerate(sizes):
             if size + END_FILE_MIN_BLANK_LENGTH > self.segment_size:
                 raise ValueError(f"a record of {size} bytes does not fit a {self.segment_size}-byte segment")
-            if pos == self.segment_size:  # full already (its blank was written before a crash)
-                seg = self._new_segment(seg.start + self.segment_size)
-                pos = 0
             if pos + size + END_FILE_MIN_BLANK_LENGTH > self.segment_size:
-                pending.setdefault(len(self.segments) - 1, []).append(blank(self.segment_size - pos))
-                self._write(len(self.segments) - 1, pending.pop(len(self.segments) - 1))
+                if pos < self.segment_size:  # (== when full already: its blank was written before a crash)
+                    chunks.append(blank(self.segment_size - pos))
+                    pos = self.segment_size
+                if chunks:
+                    writes.append((seg, at, chunks))
+                seg.length = pos
                 seg = self._new_segment(seg.start + self.segment_size)
-                pos = 0
+                pos = at = 0
+                chunks = []
             physical = seg.start + pos
             offsets.append(physical)
-            pending.setdefault(len(self.segments) - 1, []).append(make(i, physical))
+            chunks.extend(make(i, physical))
             pos += size
-        for index, chunks in pending.items():
-            self._write(index, chunks)
-        return offsets
+        if chunks:
+            writes.append((seg, at, chunks))
+        seg.length = pos
+        return offsets, writes
 
-    def _write(self, index: int, chunks: list[bytes]) -> None:
-        seg = self.segments[index]
-        data = b"".join(chunks)
-        written = os.pwrite(seg.fd, data, seg.length)
-        if written != len(data):
-            raise OSError(f"short write to {seg.path}: {written} of {len(data)} bytes")
-        seg.length += written
-        seg.dirty = True
+    def write(self, writes: Writes) -> None:
+        """Blocking: carry out ``place_batch``'s writes, in order (``pwritev`` straight from the
+        records' buffers: a body is never copied in Python)."""
+        for seg, at, chunks in writes:
+            if seg.fd < 0:
+                self._create(seg)
+            for first in range(0, len(chunks), _IOV_MAX):
+                part = chunks[first:first + _IOV_MAX]
+                want = sum(map(len, part))
+                written = os.pwritev(seg.fd, part, at)
+                if written != want:  # a short write (disk full): write the rest, or fail
+                    rest = b"".join(part)[written:]
+                    while rest:
+                        n = os.pwrite(seg.fd, rest, at + written)
+                        if n <= 0:
+                            raise OSError(f"short write to {seg.path}")
+                        written += n
+                        rest = rest[n:]
+                at += written
+            seg.dirty = True
+
+    def append_batch(self, sizes: list[int], make: Callable[[int, int], Sequence[bytes]]) -> list[int]:
+        """``place_batch`` and ``write`` in one go (single-threaded use)."""
+        offsets, writes = self.place_batch(sizes, make)
+        self.write(writes)
+        return offsets
 
     def flush(self) -> None:
         """fsync every segment written since the last flush (group commit: once per batch)."""
         for seg in self.segments:
             if seg.dirty:
-                os.fsync(seg.fd)
+                os.fdatasync(seg.fd)
                 seg.dirty = False
 
     # --- reading ----------------------------------------------------------------------------------

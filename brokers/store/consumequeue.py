@@ -33,36 +33,46 @@ class ConsumeQueue:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         size = os.fstat(self.fd).st_size
-        self.count = size // ENTRY_SIZE
+        self.count = size // ENTRY_SIZE  # entries written
+        self.max_offset = self.count  # the next queue offset (entries written or pending)
         self._pending = bytearray()
         self.dirty = False
 
-    @property
-    def max_offset(self) -> int:
-        """The next queue offset (entries written or pending)."""
-        return self.count + len(self._pending) // ENTRY_SIZE
-
     def add(self, physical_offset: int, size: int, tags_hash: int) -> int:
         queue_offset = self.max_offset
+        self.max_offset = queue_offset + 1
         self._pending += ENTRY.pack(physical_offset, size, tags_hash)
         return queue_offset
 
+    def take_pending(self) -> tuple[int, bytes] | None:
+        """The entries added since the last call, as (first queue offset, bytes) for ``write``; the
+        store takes them on its event loop and writes them from its I/O thread."""
+        if not self._pending:
+            return None
+        data = bytes(self._pending)
+        self._pending.clear()
+        return self.max_offset - len(data) // ENTRY_SIZE, data
+
+    def write(self, first: int, data: bytes) -> None:
+        """Blocking: write entries from queue offset ``first``; readers see them from now on."""
+        os.pwrite(self.fd, data, first * ENTRY_SIZE)
+        self.count = max(self.count, first + len(data) // ENTRY_SIZE)
+        self.dirty = True
+
     def write_pending(self) -> None:
-        if self._pending:
-            os.pwrite(self.fd, bytes(self._pending), self.count * ENTRY_SIZE)
-            self.count += len(self._pending) // ENTRY_SIZE
-            self._pending.clear()
-            self.dirty = True
+        """take_pending + write, for single-threaded use (recovery)."""
+        taken = self.take_pending()
+        if taken:
+            self.write(*taken)
 
     def flush(self) -> None:
-        self.write_pending()
         if self.dirty:
             os.fsync(self.fd)
             self.dirty = False
 
     def entries(self, start: int, max_count: int) -> list[tuple[int, int, int, int]]:
-        """(queue offset, physical offset, size, tags hash) from ``start``, at most ``max_count``."""
-        self.write_pending()
+        """(queue offset, physical offset, size, tags hash) from ``start``, at most ``max_count``,
+        among the entries written."""
         start = max(0, start)
         n = max(0, min(max_count, self.count - start))
         if n == 0:
@@ -93,6 +103,9 @@ class ConsumeQueues:
     def flush(self) -> None:
         for cq in self.queues.values():
             cq.flush()
+
+    def take_pending(self) -> list[tuple[ConsumeQueue, int, bytes]]:
+        return [(cq, *taken) for cq in self.queues.values() if (taken := cq.take_pending())]
 
     def reset(self) -> None:
         """Drop every queue (before a rebuild from the commit log)."""

@@ -13,9 +13,10 @@ from __future__ import annotations
 import functools
 import socket
 import struct
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from isal.isal_zlib import crc32  # zlib's CRC-32, 4x faster than the zlib module's on 1 KB bodies
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
@@ -28,6 +29,8 @@ MAX_PROPERTIES_LENGTH = 32767
 _HEAD = struct.Struct(">iiiiiqqiq4siq4siiq")  # up to and including preparedTransactionOffset
 HEAD_SIZE = _HEAD.size  # 4+4+4+4+4+8+8+4+8+(4+4)+8+(4+4)+4+8 = 84
 FIXED_SIZE = HEAD_SIZE + 4 + 1 + 2  # 91 + body + topic + properties
+_HEAD_BODY_LEN = struct.Struct(">iiiiiqqiq4siq4siiqi")  # the head and the body length: what precedes the body
+HEAD_BODY_SIZE = _HEAD_BODY_LEN.size  # 88: a record is HEAD_BODY_SIZE + body + record_tail(...)
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
@@ -38,11 +41,13 @@ class CorruptRecord(ValueError):
 
 
 def body_crc(body: bytes) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF  # RocketMQ's UtilAll.crc32 keeps it a positive int
+    return crc32(body) & 0x7FFFFFFF  # RocketMQ's UtilAll.crc32 keeps it a positive int
 
 
 def encode_properties(props: Mapping[str, str]) -> bytes:
-    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()).encode()
+    if not props:
+        return b""
+    return "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:
@@ -55,21 +60,22 @@ def decode_properties(raw: bytes) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _host(addr: tuple[str, int]) -> bytes:
+def _ip(host: str) -> bytes:
     try:
-        ip = socket.inet_aton(addr[0])
+        return socket.inet_aton(host)
     except OSError:
-        ip = b"\0\0\0\0"
-    return ip + struct.pack(">i", addr[1])
+        return b"\0\0\0\0"
 
 
 def _unhost(raw: bytes) -> tuple[str, int]:
     return socket.inet_ntoa(raw[:4]), struct.unpack(">i", raw[4:])[0]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Message:
-    """A message as stored. ``queue_offset`` and ``physical_offset`` are assigned by the store."""
+    """A message as stored. ``queue_offset`` and ``physical_offset`` are assigned by the store.
+    (Not frozen: a frozen dataclass's constructor costs several times more, and the broker builds
+    one per message sent; nothing mutates a Message after it is handed to the store.)"""
 
     topic: str
     queue_id: int
@@ -91,15 +97,36 @@ def record_size(topic: bytes, body: bytes, properties: bytes) -> int:
     return FIXED_SIZE + len(body) + len(topic) + len(properties)
 
 
+@functools.lru_cache(maxsize=4096)
+def _topic_bytes(topic: str) -> bytes:
+    raw = topic.encode()
+    if not raw or len(raw) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes")
+    return raw
+
+
 def validate(msg: Message) -> tuple[bytes, bytes]:
     """The encoded topic and properties, or ValueError (MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED)."""
-    topic = msg.topic.encode()
-    if not topic or len(topic) > MAX_TOPIC_LENGTH:
-        raise ValueError(f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes")
+    topic = _topic_bytes(msg.topic)
     props = encode_properties(msg.properties)
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise ValueError(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes")
     return topic, props
+
+
+def record_tail(topic: bytes, props: bytes) -> bytes:
+    """What follows the body in a record: topic length, topic, properties length, properties."""
+    return b"%c%b%b%b" % (len(topic), topic, _SHORT.pack(len(props)), props)
+
+
+def encode_head(msg: Message, size: int, crc: int, queue_offset: int, physical_offset: int, store_timestamp: int) -> bytes:
+    """The record's bytes before the body (the fixed fields and the body length)."""
+    born, stored = msg.born_host, msg.store_host
+    return _HEAD_BODY_LEN.pack(
+        size, MESSAGE_MAGIC_CODE, crc, msg.queue_id, msg.flag, queue_offset, physical_offset,
+        msg.sys_flag, msg.born_timestamp, _ip(born[0]), born[1], store_timestamp,
+        _ip(stored[0]), stored[1], msg.reconsume_times, msg.prepared_transaction_offset, len(msg.body),
+    )
 
 
 def encode(msg: Message, *, queue_offset: int, physical_offset: int, store_timestamp: int,
@@ -108,14 +135,9 @@ def encode(msg: Message, *, queue_offset: int, physical_offset: int, store_times
     if topic is None or props is None:
         topic, props = validate(msg)
     body = msg.body if isinstance(msg.body, bytes) else bytes(msg.body)
-    size = FIXED_SIZE + len(body) + len(topic) + len(props)
-    born, stored = _host(msg.born_host), _host(msg.store_host)
-    head = _HEAD.pack(
-        size, MESSAGE_MAGIC_CODE, body_crc(body), msg.queue_id, msg.flag, queue_offset, physical_offset,
-        msg.sys_flag, msg.born_timestamp, born[:4], msg.born_host[1], store_timestamp,
-        stored[:4], msg.store_host[1], msg.reconsume_times, msg.prepared_transaction_offset,
-    )
-    return b"".join((head, _INT.pack(len(body)), body, bytes((len(topic),)), topic, _SHORT.pack(len(props)), props))
+    tail = record_tail(topic, props)
+    size = _HEAD_BODY_LEN.size + len(body) + len(tail)
+    return b"".join((encode_head(msg, size, body_crc(body), queue_offset, physical_offset, store_timestamp), body, tail))
 
 
 def blank(size: int) -> bytes:

@@ -1,8 +1,9 @@
 """The message store on the broker's event loop: a writer task does the blocking I/O in one thread.
 
-put_message enqueues; the writer takes everything queued (a batch), places and encodes the records,
-writes them with one pwrite per segment, dispatches them to the consume queues and, under
-SYNC_FLUSH, fsyncs once for the whole batch before acknowledging any of them (group commit).
+put_message enqueues; the writer takes everything queued (a batch), places and encodes the records
+on the event loop, then in one I/O thread writes them (pwritev per segment), under SYNC_FLUSH fsyncs
+once for the whole batch, and writes their consume-queue entries, before acknowledging any of them
+(group commit).
 Under ASYNC_FLUSH sends are acknowledged after the write and a flusher fsyncs periodically.
 """
 
@@ -15,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
-from .commitlog import CommitLog, RecoveryReport
+from .commitlog import CommitLog, RecoveryReport, Writes
 from .consumequeue import ConsumeQueues, tags_code
-from .message import END_FILE_MIN_BLANK_LENGTH, Message, encode, record_size, validate
+from .message import END_FILE_MIN_BLANK_LENGTH, HEAD_BODY_SIZE, Message, body_crc, encode_head, record_tail, validate
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +40,7 @@ class PutMessageStatus(StrEnum):
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
-@dataclass(frozen=True)
-class PutResult:
+class PutResult(NamedTuple):  # a tuple: one is built per message stored, and tuples are cheapest
     status: PutMessageStatus
     physical_offset: int = -1
     queue_offset: int = -1
@@ -83,6 +84,8 @@ class MessageStore:
             cq.add(offset, size, tags_code(msg.properties.get("TAGS")))
 
         self.recovery = self.commit_log.recover(dispatch)
+        for cq in self.consume_queues.queues.values():
+            cq.write_pending()
         self.consume_queues.flush()
         return self.recovery
 
@@ -122,7 +125,9 @@ class MessageStore:
         if not self.running or self._queue is None:
             return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="the store is not running")] * len(messages)
         results: list[PutResult | None] = [None] * len(messages)
-        accepted: list[tuple[int, Message, bytes, bytes, int]] = []
+        accepted: list[int] = []
+        records: list[tuple[Message, bytes, int]] = []  # (message, record tail, record size)
+        limit = self.config.mapped_file_size_commit_log - END_FILE_MIN_BLANK_LENGTH
         for i, msg in enumerate(messages):
             try:
                 topic, props = validate(msg)
@@ -131,16 +136,21 @@ class MessageStore:
                           else PutMessageStatus.MESSAGE_ILLEGAL)
                 results[i] = PutResult(status, detail=str(exc))
                 continue
-            size = record_size(topic, msg.body, props)
-            if size + END_FILE_MIN_BLANK_LENGTH > self.config.mapped_file_size_commit_log:
+            tail = record_tail(topic, props)
+            size = HEAD_BODY_SIZE + len(msg.body) + len(tail)
+            if size > limit:
                 results[i] = PutResult(PutMessageStatus.MESSAGE_ILLEGAL,
                                        detail=f"a {size}-byte record does not fit a commit-log segment")
                 continue
-            accepted.append((i, msg, topic, props, size))
-        if accepted:
+            accepted.append(i)
+            records.append((msg, tail, size))
+        if records:
             fut = asyncio.get_running_loop().create_future()
-            await self._queue.put(([a[1:] for a in accepted], fut))
-            for (i, *_), result in zip(accepted, await fut, strict=True):
+            await self._queue.put((records, fut))
+            stored = await fut
+            if len(accepted) == len(messages):
+                return stored
+            for i, result in zip(accepted, stored, strict=True):
                 results[i] = result
         return results  # type: ignore[return-value]
 
@@ -155,42 +165,54 @@ class MessageStore:
                 count += len(batch[-1][0])
             records = [r for rs, _ in batch for r in rs]
             try:
-                flat = await loop.run_in_executor(self._io, self._append, records, sync)
+                # Placing and encoding is CPU work: here, on the loop (a second Python thread would
+                # only contend for the GIL). The writes and the fsync release the GIL: I/O thread.
+                flat, writes, entries = self._place(records)
+                await loop.run_in_executor(self._io, self._write, writes, entries, sync)
             except Exception as exc:
                 # An I/O error mid-batch: stop taking writes (fenced) rather than risk consume-queue
                 # entries that point past the log; a restart's recovery rebuilds a consistent store.
                 self.running = False
                 log.exception("commit-log write failed; the store stops taking writes")
                 flat = [PutResult(PutMessageStatus.UNKNOWN_ERROR, detail=str(exc))] * len(records)
+            self.stats["messages"] += len(records)
+            self.stats["batches"] += 1
             at = 0
             for rs, fut in batch:
                 if not fut.done():
                     fut.set_result(flat[at:at + len(rs)])
                 at += len(rs)
 
-    def _append(self, records: list[tuple[Message, bytes, bytes, int]], sync: bool) -> list[PutResult]:
-        """Place, encode and write a batch of validated (message, topic, properties, size) records."""
+    def _place(self, records: list[tuple[Message, bytes, int]]) -> tuple[list[PutResult], Writes, list]:
+        """Give a batch of validated (message, record tail, size) records their physical and queue
+        offsets and encode them; no I/O. Returns the results and what ``_write`` must write."""
         now = int(time.time() * 1000)
-        sizes = [r[3] for r in records]
-        queue_offsets: list[int] = []
+        queues = self.consume_queues.queues
         get_queue = self.consume_queues.get
+        queue_offsets: list[int] = []
 
-        def make(i: int, physical: int) -> bytes:
-            msg, topic, props, size = records[i]
-            qo = get_queue(msg.topic, msg.queue_id).add(physical, size, tags_code(msg.properties.get("TAGS")))
+        def make(i: int, physical: int) -> tuple[bytes, bytes, bytes]:
+            msg, tail, size = records[i]
+            cq = queues.get((msg.topic, msg.queue_id)) or get_queue(msg.topic, msg.queue_id)
+            qo = cq.add(physical, size, tags_code(msg.properties.get("TAGS")))
             queue_offsets.append(qo)
-            return encode(msg, queue_offset=qo, physical_offset=physical, store_timestamp=now, topic=topic, props=props)
+            body = msg.body
+            return encode_head(msg, size, body_crc(body), qo, physical, now), body, tail
 
-        offsets = self.commit_log.append_batch(sizes, make)
+        offsets, writes = self.commit_log.place_batch([r[2] for r in records], make)
+        ok = PutMessageStatus.PUT_OK
+        results = [PutResult(ok, off, qo, r[2], now) for off, qo, r in zip(offsets, queue_offsets, records, strict=True)]
+        return results, writes, self.consume_queues.take_pending()
+
+    def _write(self, writes: Writes, entries: list, sync: bool) -> None:
+        """Blocking (I/O thread): the commit-log writes, then (SYNC_FLUSH) one fsync for the whole
+        batch, then the consume-queue entries, so an entry never points at bytes not yet written."""
+        self.commit_log.write(writes)
         if sync:
-            self.commit_log.flush()  # one fsync acknowledges the whole batch
+            self.commit_log.flush()  # one fsync acknowledges the whole batch (group commit)
             self.stats["fsyncs"] += 1
-        self.stats["messages"] += len(records)
-        self.stats["batches"] += 1
-        for cq in self.consume_queues.queues.values():
-            cq.write_pending()
-        return [PutResult(PutMessageStatus.PUT_OK, off, qo, size, now)
-                for off, qo, size in zip(offsets, queue_offsets, sizes, strict=True)]
+        for cq, first, data in entries:
+            cq.write(first, data)
 
     async def _flusher(self) -> None:
         loop = asyncio.get_running_loop()

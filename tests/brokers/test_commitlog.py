@@ -16,7 +16,7 @@ SEGMENT = 4096
 def write(log: CommitLog, bodies: list[bytes], topic: str = "T") -> list[int]:
     msgs = [m.Message(topic, 0, b) for b in bodies]
     sizes = [m.record_size(topic.encode(), b, b"") for b in bodies]
-    return log.append_batch(sizes, lambda i, off: m.encode(msgs[i], queue_offset=i, physical_offset=off, store_timestamp=1))
+    return log.append_batch(sizes, lambda i, off: (m.encode(msgs[i], queue_offset=i, physical_offset=off, store_timestamp=1),))
 
 
 def test_records_roll_into_a_new_segment_with_a_blank_tail(tmp_path):
