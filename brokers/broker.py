@@ -39,6 +39,7 @@ class Broker:
         offsets = ConsumerOffsets(Path(self.config.storePathRootDir) / "config" / "consumerOffset.json")
         self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, offsets)
         self._revive = asyncio.get_running_loop().create_task(self.grpc_service.revive_forever(), name="revive")
+        self.grpc_service.on_topics_changed = self.nameserver.register_soon
         self.nameserver.start()
 
     async def stop(self) -> None:

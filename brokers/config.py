@@ -38,6 +38,9 @@ class BrokerConfig:
     registerNameServerPeriod: int = 30000
     brokerNotActiveTimeoutMillis: int = 10000
     enableSlaveActingMaster: bool = False
+    # Delivery attempts before a message goes to its group's DLQ: the subscription-group setting of
+    # that name, applied to every group (this broker keeps no per-group subscription configs).
+    retryMaxTimes: int = 16
     zoneName: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 

@@ -17,7 +17,6 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-MAX_ATTEMPTS = 16  # popReviveMaxAttemptTimes / retryMaxTimes
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from .store.files import write_json_atomically
 from .store.offsets import DataVersion
 
+PERM_INHERIT, PERM_READ, PERM_WRITE = 1, 4, 2  # RocketMQ's PermName bits
+
 
 @dataclass(frozen=True)
 class TopicConfig:

@@ -42,6 +42,7 @@ class NameserverLink:
         self.registered_once = asyncio.Event()
         self.min_broker: dict | None = None
         self.on_push: dict[str, Callable[[dict], Awaitable[None]]] = {}
+        self._background: set[asyncio.Task] = set()
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -56,9 +57,10 @@ class NameserverLink:
                                                "brokerName": self.config.brokerName}, timeout=2)
             except Exception:
                 pass
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in [self._task, *self._background]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in [self._task, *self._background] if t is not None), return_exceptions=True)
 
     def _ws_url(self) -> str:
         parts = urlsplit(self.config.controlPlaneUrl)
@@ -162,6 +164,19 @@ class NameserverLink:
                 await handler(payload)
         except Exception:
             log.exception("handling pushed %s failed", kind)
+
+    def register_soon(self) -> None:
+        """Register now (topic configs changed) without waiting; if the link is down, the next
+        connection registers anyway."""
+        async def attempt() -> None:
+            try:
+                await self.register()
+            except Exception as exc:  # the periodic registration retries
+                log.info("registration after a topic change failed (%s); the next one carries it", exc)
+
+        task = asyncio.get_running_loop().create_task(attempt(), name="register-soon")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def register(self) -> dict:
         c = self.config

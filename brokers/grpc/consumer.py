@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -13,10 +14,11 @@ from isal.isal_zlib import crc32
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from ..pop import MAX_ATTEMPTS, PopState, ReceiptHandle, dlq_topic, retry_topic
+from ..pop import PopState, ReceiptHandle, dlq_topic, retry_topic
 from ..store.message import Message
 from ..store.offsets import ConsumerOffsets
 from ..store.store import MessageStore, PutMessageStatus
+from ..topics import PERM_READ, PERM_WRITE, TopicConfig
 
 log = logging.getLogger("brokers.grpc")
 
@@ -48,6 +50,8 @@ class ConsumerSide:
     """Mixed into MessagingService; needs ``self.store``, ``self.config``."""
 
     store: MessageStore
+
+    on_topics_changed: Callable[[], None] | None = None  # the broker re-registers with the nameserver
 
     def init_consumer(self, offsets: ConsumerOffsets) -> None:
         self.offsets = offsets
@@ -176,7 +180,8 @@ class ConsumerSide:
                 m = msgs[0]
                 origin = m.properties.get("ORIGIN_TOPIC", topic)
                 props = {**m.properties, "RECONSUME_TIME": str(attempt), "ORIGIN_TOPIC": origin}
-                target = dlq_topic(group) if attempt >= MAX_ATTEMPTS else retry_topic(group, origin)
+                target = dlq_topic(group) if attempt >= self.config.retryMaxTimes else retry_topic(group, origin)
+                self._ensure_topic(target)
                 result = await self.store.put_message(Message(target, 0, m.body, props, born_timestamp=m.born_timestamp))
                 if result.status is not PutMessageStatus.PUT_OK:
                     log.warning("revive of %s/%d@%d failed: %s", topic, queue_id, offset, result.status)
@@ -184,6 +189,14 @@ class ConsumerSide:
                 self.pop.queue(group, topic, queue_id).finish(offset)
                 revived += 1
         return revived
+
+    def _ensure_topic(self, name: str) -> None:
+        """A retry or DLQ topic exists in the topic configs (one queue, readable and writable, as
+        RocketMQ creates them on first use) and so in the routes: operators can read a DLQ."""
+        if name not in self.topics.topics:
+            self.topics.update(TopicConfig(name, 1, 1, PERM_READ | PERM_WRITE))
+            if self.on_topics_changed is not None:
+                self.on_topics_changed()
 
     def _persist_offsets(self) -> None:
         for (group, topic, queue_id), offset in self.pop.committed().items():

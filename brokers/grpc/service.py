@@ -109,7 +109,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 if settings.HasField("publishing"):
                     settings.publishing.max_body_size = MAX_BODY_SIZE
                 settings.metric.on = False
-                yield pb.TelemetryCommand(status=_status(pb.Code.OK), settings=settings)
+                yield spb.TelemetryCommand(status=_status(pb.Code.OK), settings=settings)
 
     async def NotifyClientTermination(self, request, context) -> spb.NotifyClientTerminationResponse:
         return spb.NotifyClientTerminationResponse(status=_status(pb.Code.OK))

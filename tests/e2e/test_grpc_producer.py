@@ -83,6 +83,13 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
                 with pytest.raises(grpc.RpcError) as e:
                     stub.QueryOffset(spb.QueryOffsetRequest(), timeout=5)
                 assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+                # Telemetry: a settings command is answered with the settings the broker enforces.
+                publishing = pb.Settings(client_type=pb.ClientType.PRODUCER,
+                                         publishing=pb.Publishing(topics=[pb.Resource(name="Orders")]))
+                answers = list(stub.Telemetry(iter([spb.TelemetryCommand(settings=publishing)]), timeout=5))
+                assert len(answers) == 1 and answers[0].status.code == pb.Code.OK
+                assert answers[0].settings.publishing.max_body_size == 4 * 1024 * 1024
+                assert [t.name for t in answers[0].settings.publishing.topics] == ["Orders"]
 
             producer = Producer(ClientConfiguration(f"127.0.0.1:{grpc_ports[0]}", Credentials()), ("Orders",))
             producer.startup()
