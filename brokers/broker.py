@@ -10,6 +10,7 @@ from pathlib import Path
 from .config import BrokerConfig
 from .control.nameserver import NameserverLink
 from .grpc.service import serve
+from .ha.service import HAService
 from .store.offsets import ConsumerOffsets
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .topics import TopicConfigManager, system_topics
@@ -24,11 +25,17 @@ class Broker:
         self.store = MessageStore(StoreConfig(
             root, mapped_file_size_commit_log=config.mappedFileSizeCommitLog,
             flush_disk_type=FlushDiskType(config.flushDiskType), flush_interval_commit_log=config.flushIntervalCommitLog))
+        # A slave publishes consume-queue entries only up to its master's confirm offset, from
+        # recovery on (reference §2.6).
+        self.store.follow_max = config.brokerRole != "SLAVE"
         self.topics = TopicConfigManager(root / "config" / "topics.json")
         for tc in system_topics(config.brokerClusterName, config.brokerName):
             if tc.topicName not in self.topics.topics:
                 self.topics.update(tc)
         self.nameserver = NameserverLink(config, self.topics)
+        self.ha = HAService(config, self.store)
+        self.nameserver.water_levels = self.ha.water_levels
+        self.nameserver.on_registered = lambda reply: self.ha.on_master_ha_addr(reply.get("haServerAddr"))
         self.grpc_server = None
         self.grpc_service = None
 
@@ -36,6 +43,7 @@ class Broker:
         report = await self.store.start()
         log.info("store recovered: %d messages, max offset %d%s", report.messages, report.max_offset,
                  f", cut {report.removed_bytes} torn bytes at {report.truncated_at}" if report.truncated_at is not None else "")
+        await self.ha.start()
         offsets = ConsumerOffsets(Path(self.config.storePathRootDir) / "config" / "consumerOffset.json")
         self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, offsets)
         self._revive = asyncio.get_running_loop().create_task(self.grpc_service.revive_forever(), name="revive")
@@ -44,6 +52,7 @@ class Broker:
 
     async def stop(self) -> None:
         await self.nameserver.stop()
+        await self.ha.stop()
         if self.grpc_server is not None:
             self._revive.cancel()
             await asyncio.gather(self._revive, return_exceptions=True)

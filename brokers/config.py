@@ -41,6 +41,22 @@ class BrokerConfig:
     # Delivery attempts before a message goes to its group's DLQ: the subscription-group setting of
     # that name, applied to every group (this broker keeps no per-group subscription configs).
     retryMaxTimes: int = 16
+    # Replication (reference §2.7, §4): the role in classic master/slave mode, the HA link, quorum write.
+    brokerRole: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
+    haMasterAddress: str = ""  # a slave's master HA address; empty: the one the nameserver reports
+    haTransferBatchSize: int = 32 * 1024
+    haSendHeartbeatInterval: int = 5000
+    haHousekeepingInterval: int = 20000
+    haMaxTimeSlaveNotCatchup: int = 15000
+    haMaxGapNotInSync: int = 256 * 1024 * 1024
+    totalReplicas: int = 1
+    inSyncReplicas: int = 1
+    minInSyncReplicas: int = 1
+    enableAutoInSyncReplicas: bool = False
+    allAckInSyncStateSet: bool = False
+    slaveTimeout: int = 3000
+    syncFromLastFile: bool = False
+    asyncLearner: bool = False
     zoneName: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 
@@ -138,6 +154,21 @@ def _check(c: BrokerConfig) -> list[str]:
             problems.append(f"{key}: must be a port number (1-65535)")
     if c.flushDiskType not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         problems.append("flushDiskType: must be ASYNC_FLUSH or SYNC_FLUSH")
+    if c.brokerRole not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+        problems.append("brokerRole: must be ASYNC_MASTER, SYNC_MASTER or SLAVE")
+    elif (c.brokerRole == "SLAVE") != (c.brokerId > 0):
+        problems.append("brokerId: a SLAVE has a brokerId > 0 and a master brokerId 0")
+    if c.haMasterAddress and ":" not in c.haMasterAddress:
+        problems.append("haMasterAddress: must be host:port")
+    if not 1024 <= c.haTransferBatchSize <= 16 * 1024 * 1024:
+        problems.append("haTransferBatchSize: must be between 1024 and 16777216")
+    for key in ("haSendHeartbeatInterval", "haHousekeepingInterval", "slaveTimeout", "haMaxTimeSlaveNotCatchup"):
+        if getattr(c, key) <= 0:
+            problems.append(f"{key}: must be > 0")
+    if not 1 <= c.minInSyncReplicas <= c.inSyncReplicas <= max(c.totalReplicas, c.inSyncReplicas):
+        problems.append("inSyncReplicas/minInSyncReplicas: need 1 <= minInSyncReplicas <= inSyncReplicas")
+    if c.inSyncReplicas > c.totalReplicas:
+        problems.append("inSyncReplicas: must be <= totalReplicas")
     if c.mappedFileSizeCommitLog < 4096:
         problems.append("mappedFileSizeCommitLog: must be at least 4096")
     if c.controlPlaneUrl and not c.controlPlaneUrl.startswith(("http://", "https://")):

@@ -43,6 +43,8 @@ class NameserverLink:
         self.min_broker: dict | None = None
         self.on_push: dict[str, Callable[[dict], Awaitable[None]]] = {}
         self._background: set[asyncio.Task] = set()
+        self.on_registered: Callable[[dict], None] | None = None  # sees every registration answer
+        self.water_levels: Callable[[], dict] | None = None  # replication water levels for heartbeats
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -109,9 +111,11 @@ class NameserverLink:
                 await self.register()
                 next_register = loop.time() + register_s
                 continue
-            reply = await self.call("heartbeat", {"clusterName": self.config.brokerClusterName,
-                                                  "brokerAddr": self.config.broker_addr,
-                                                  "brokerName": self.config.brokerName})
+            beat = {"clusterName": self.config.brokerClusterName, "brokerAddr": self.config.broker_addr,
+                    "brokerName": self.config.brokerName}
+            if self.water_levels is not None:
+                beat["waterLevels"] = self.water_levels()
+            reply = await self.call("heartbeat", beat)
             if not reply.get("registered"):
                 log.info("the nameserver forgot this broker; registering again")
                 await self.register()
@@ -187,4 +191,6 @@ class NameserverLink:
             "topicConfigWrapper": self.topics.wrapper(),
         })
         self.registered_once.set()
+        if self.on_registered is not None:
+            self.on_registered(reply)
         return reply

@@ -66,17 +66,21 @@ class CommitLog:
             if p.name.isdigit() and len(p.name) == 20:
                 fd = os.open(p, os.O_RDWR)
                 self.segments.append(Segment(int(p.name), p, fd, os.fstat(fd).st_size))
+        self.base_offset = 0  # where an empty log starts (a replica's log may start at its master's min)
+        # The end of what the I/O thread has written (max_offset is the end of what was placed): the
+        # HA master ships, and water levels report, only written bytes.
+        self.written_offset = self.max_offset
 
     # --- offsets ----------------------------------------------------------------------------------
 
     @property
     def min_offset(self) -> int:
-        return self.segments[0].start if self.segments else 0
+        return self.segments[0].start if self.segments else self.base_offset
 
     @property
     def max_offset(self) -> int:
         if not self.segments:
-            return 0
+            return self.base_offset
         last = self.segments[-1]
         return last.start + last.length
 
@@ -101,7 +105,7 @@ class CommitLog:
         writes go to its I/O thread; a record's offset is final once placed."""
         offsets: list[int] = []
         writes: Writes = []
-        seg = self.segments[-1] if self.segments else self._new_segment(0)
+        seg = self.segments[-1] if self.segments else self._new_segment(self.base_offset)
         pos = seg.length
         chunks: list[bytes] = []
         at = pos
@@ -147,6 +151,37 @@ class CommitLog:
                         rest = rest[n:]
                 at += written
             seg.dirty = True
+            self.written_offset = seg.start + at
+
+    def place_raw(self, offset: int, data: bytes) -> Writes:
+        """Place bytes copied from a master (a slave's replication): they go at the end of the log,
+        ``offset`` must be that end, and they never cross a segment (a master ships from one
+        segment at a time); a full segment is followed by a new one."""
+        if offset != self.max_offset:
+            raise ValueError(f"replicated bytes at {offset}, but the log ends at {self.max_offset}")
+        if not self.segments:
+            if offset % self.segment_size:
+                raise ValueError(f"a replica's first segment must start at a multiple of {self.segment_size}")
+            self._new_segment(offset)
+        seg = self.segments[-1]
+        if seg.length == self.segment_size:
+            seg = self._new_segment(seg.start + self.segment_size)
+        if seg.length + len(data) > self.segment_size:
+            raise ValueError(f"{len(data)} replicated bytes at {offset} cross the end of segment {seg.start}")
+        at = seg.length
+        seg.length += len(data)
+        return [(seg, at, [data])]
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Written bytes from ``offset``, at most ``max_bytes``, never past the end of its segment
+        (what a master ships in one transfer)."""
+        if offset >= self.written_offset:
+            return b""
+        seg = self._segment_for(offset)
+        if seg is None:
+            raise CorruptRecord(f"offset {offset} is not in the log [{self.min_offset}, {self.written_offset})")
+        end = min(seg.start + seg.length, self.written_offset, offset + max_bytes)
+        return os.pread(seg.fd, end - offset, offset - seg.start)
 
     def append_batch(self, sizes: list[int], make: Callable[[int, int], Sequence[bytes]]) -> list[int]:
         """``place_batch`` and ``write`` in one go (single-threaded use)."""
@@ -249,6 +284,25 @@ class CommitLog:
                     removed.append(seg.path.name)
         if removed:
             _fsync_dir(self.root)
+        self.written_offset = self.max_offset
+        return removed
+
+    def clear(self, base_offset: int = 0) -> list[str]:
+        """Delete every segment; the empty log then starts at ``base_offset`` (a multiple of the
+        segment size). A replica whose whole log is older than its master's (seed 004 case 1-1)
+        starts again at the master's min offset."""
+        if base_offset % self.segment_size:
+            raise ValueError(f"a log must start at a multiple of {self.segment_size}")
+        self.base_offset = base_offset
+        removed = []
+        while self.segments:
+            seg = self.segments.pop()
+            seg.close()
+            if seg.path.exists():
+                seg.path.unlink()
+            removed.append(seg.path.name)
+        _fsync_dir(self.root)
+        self.written_offset = base_offset
         return removed
 
     def close(self) -> None:

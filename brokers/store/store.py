@@ -1,28 +1,54 @@
 """The message store on the broker's event loop: a writer task does the blocking I/O in one thread.
 
 put_message enqueues; the writer takes everything queued (a batch), places and encodes the records
-on the event loop, then in one I/O thread writes them (pwritev per segment), under SYNC_FLUSH fsyncs
-once for the whole batch, and writes their consume-queue entries, before acknowledging any of them
-(group commit).
-Under ASYNC_FLUSH sends are acknowledged after the write and a flusher fsyncs periodically.
+on the event loop, then in one I/O thread writes them (pwritev per segment) and, under SYNC_FLUSH,
+fsyncs once for the whole batch before acknowledging any of them (group commit). Under ASYNC_FLUSH
+sends are acknowledged after the write and a flusher fsyncs periodically.
+
+Consume-queue entries become visible only up to the confirm offset (reference §2.6): a master whose
+confirm offset follows its max offset (``follow_max``, the default) publishes them right after the
+commit-log write; otherwise (a slave, or a master waiting for its whole SyncStateSet) they are parked
+until ``set_confirm_offset`` covers them, so consumers never see unconfirmed data, also after a
+restart (the confirm offset is checkpointed and recovery parks what lies beyond it).
+
+Replication (brokers/ha/): a slave appends its master's bytes with ``append_replicated`` and cuts a
+forked tail with ``truncate``; a master ships ``read_raw`` bytes and, through ``replicas`` (a
+``ReplicaGate``), makes sends wait for replica acks (quorum write, reference §4).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from .commitlog import CommitLog, RecoveryReport, Writes
-from .consumequeue import ConsumeQueues, tags_code
-from .message import END_FILE_MIN_BLANK_LENGTH, HEAD_BODY_SIZE, Message, body_crc, encode_head, record_tail, validate
+from .consumequeue import ConsumeQueue, ConsumeQueues, tags_code
+from .files import write_json_atomically
+from .message import (
+    END_FILE_MIN_BLANK_LENGTH,
+    HEAD_BODY_SIZE,
+    Blank,
+    CorruptRecord,
+    Message,
+    body_crc,
+    decode,
+    encode_head,
+    record_tail,
+    validate,
+)
 
 log = logging.getLogger(__name__)
+
+CHECKPOINT_INTERVAL_S = 0.5
 
 
 class FlushDiskType(StrEnum):
@@ -34,9 +60,13 @@ class PutMessageStatus(StrEnum):
     """Reference §4.4 (the ones this store produces)."""
 
     PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # stored; replicas did not ack in time
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # stored; no replica to wait for
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"  # refused before writing
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
 
@@ -49,6 +79,16 @@ class PutResult(NamedTuple):  # a tuple: one is built per message stored, and tu
     detail: str = ""
 
 
+class ReplicaGate(Protocol):
+    """What a master's HA service offers the store for quorum writes (reference §4.2-4.3)."""
+
+    def precheck(self) -> tuple[PutMessageStatus | None, int]:
+        """Before writing: a refusal (IN_SYNC_REPLICAS_NOT_ENOUGH) or None, and needAckNums."""
+
+    async def wait(self, next_offset: int, need_acks: int) -> PutMessageStatus:
+        """PUT_OK once enough replicas acked ``next_offset``, else FLUSH_SLAVE_TIMEOUT."""
+
+
 @dataclass(frozen=True)
 class StoreConfig:
     store_path_root_dir: Path
@@ -59,12 +99,16 @@ class StoreConfig:
     max_pending: int = 65536  # back-pressure: put_message waits beyond this
 
 
+Entries = list[tuple[ConsumeQueue, int, bytes]]  # consume-queue writes: (queue, first queue offset, entries)
+
+
 class MessageStore:
     def __init__(self, config: StoreConfig):
         self.config = config
         root = Path(config.store_path_root_dir)
         self.commit_log = CommitLog(root / "commitlog", config.mapped_file_size_commit_log)
         self.consume_queues = ConsumeQueues(root / "consumequeue")
+        self.checkpoint_path = root / "checkpoint"
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-io")
         self._queue: asyncio.Queue | None = None
         self._tasks: list[asyncio.Task] = []
@@ -72,28 +116,75 @@ class MessageStore:
         self.recovery: RecoveryReport | None = None
         # Counters for operators and tests: group commit shows as batches << messages.
         self.stats = {"messages": 0, "batches": 0, "fsyncs": 0}
+        # Role-dependent behaviour, set by the broker (and by role changes).
+        self.writable = True  # False on a slave or a fenced broker: sends get SERVICE_NOT_AVAILABLE
+        self.not_writable_reason = ""
+        self.follow_max = True  # the confirm offset follows the max offset (a master, §2.6)
+        self.replicas: ReplicaGate | None = None
+        self.confirm_offset = 0
+        self._checkpointed_confirm = -1
+        self._parked: deque[tuple[int, Entries]] = deque()  # (record end offset, entries), in log order
+        self._reput_offset = 0  # replicated bytes up to here are turned into consume-queue entries
+        self._reput_carry = b""  # a replicated record cut by the end of a transfer
+        self.write_listeners: set[Callable[[], None]] = set()  # told after every commit-log write
 
     # --- life cycle -------------------------------------------------------------------------------
 
+    def _load_confirm_offset(self) -> int | None:
+        try:
+            return int(json.loads(self.checkpoint_path.read_text())["confirmPhyOffset"])
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            log.warning("checkpoint %s is unreadable; the confirm offset restarts at the min offset", self.checkpoint_path)
+            return 0
+
     def recover(self) -> RecoveryReport:
-        """Blocking: cut the torn tail of the commit log and rebuild the consume queues from it."""
+        """Blocking: cut the torn tail of the commit log and rebuild the consume queues from it;
+        entries of records beyond the checkpointed confirm offset are parked, not published
+        (reference §2.6: recovery dispatches only up to the confirm offset, clamped into the log)."""
         self.consume_queues.reset()
+        self._parked.clear()
+        saved = self._load_confirm_offset()
+        limit = None if self.follow_max or saved is None else saved
 
         def dispatch(offset: int, size: int, msg: Message) -> None:
-            cq = self.consume_queues.get(msg.topic, msg.queue_id)
-            cq.add(offset, size, tags_code(msg.properties.get("TAGS")))
+            self._dispatch_record(offset, size, msg, publish=limit is None or offset + size <= limit)
 
         self.recovery = self.commit_log.recover(dispatch)
+        end = self.commit_log.max_offset
+        self.confirm_offset = end if limit is None else max(self.commit_log.min_offset, min(limit, end))
         for cq in self.consume_queues.queues.values():
             cq.write_pending()
         self.consume_queues.flush()
+        self._reput_offset, self._reput_carry = end, b""
         return self.recovery
+
+    def _dispatch_record(self, offset: int, size: int, msg: Message, publish: bool) -> None:
+        """One record read back from the log (recovery, replication) into its consume queue, at the
+        queue offset the record carries: a replica that started at its master's min offset has no
+        entries below it, so the gap is filled with holes (size 0) that readers skip."""
+        cq = self.consume_queues.get(msg.topic, msg.queue_id)
+        if msg.queue_offset < cq.max_offset:
+            log.warning("record at %d has queue offset %d but %s/%d is at %d; not dispatched", offset,
+                        msg.queue_offset, msg.topic, msg.queue_id, cq.max_offset)
+            return
+        while cq.max_offset < msg.queue_offset:
+            cq.add(-1, 0, 0)
+        if not publish:
+            taken = cq.take_pending()  # earlier entries of this queue were published: write them first
+            if taken:
+                cq.write(*taken)
+        cq.add(offset, size, tags_code(msg.properties.get("TAGS")))
+        if not publish:
+            self._parked.append((offset + size, [(cq, *cq.take_pending())]))
 
     async def start(self) -> RecoveryReport:
         loop = asyncio.get_running_loop()
         report = await loop.run_in_executor(self._io, self.recover)
         self._queue = asyncio.Queue(self.config.max_pending)
-        self._tasks = [loop.create_task(self._writer(), name="store-writer")]
+        self._tasks = [loop.create_task(self._writer(), name="store-writer"),
+                       loop.create_task(self._checkpointer(), name="store-checkpoint")]
         if self.config.flush_disk_type is FlushDiskType.ASYNC_FLUSH:
             self._tasks.append(loop.create_task(self._flusher(), name="store-flusher"))
         self.running = True
@@ -111,8 +202,49 @@ class MessageStore:
     def _close(self) -> None:
         self.commit_log.flush()
         self.consume_queues.flush()
+        self._write_checkpoint(self.confirm_offset)
         self.commit_log.close()
         self.consume_queues.close()
+
+    # --- offsets ----------------------------------------------------------------------------------
+
+    @property
+    def min_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """The end of the written log (what replicas can copy and water levels report)."""
+        return self.commit_log.written_offset
+
+    def set_follow_max(self, follow: bool) -> None:
+        """A master's confirm offset follows its max offset (§2.6: SyncStateSet of one, or
+        allAckInSyncStateSet off); switching it on publishes everything parked (promotion)."""
+        self.follow_max = follow
+        if follow:
+            self.set_confirm_offset(self.max_offset)
+
+    def set_confirm_offset(self, offset: int) -> None:
+        """Publish the consume-queue entries of every record that ends at or before ``offset``
+        (clamped into the written log). The confirm offset never moves back here; ``truncate`` does."""
+        offset = max(self.min_offset, min(offset, self.max_offset))
+        if offset <= self.confirm_offset:
+            return
+        self.confirm_offset = offset
+        released = self._release()
+        if released:
+            asyncio.get_running_loop().run_in_executor(self._io, self._write_entries, released)
+
+    def _release(self) -> Entries:
+        out: Entries = []
+        while self._parked and self._parked[0][0] <= self.confirm_offset:
+            out.extend(self._parked.popleft()[1])
+        return out
+
+    @staticmethod
+    def _write_entries(entries: Entries) -> None:
+        for cq, first, data in entries:
+            cq.write(first, data)
 
     # --- writing ----------------------------------------------------------------------------------
 
@@ -124,6 +256,14 @@ class MessageStore:
         refused one by one; the others are written together."""
         if not self.running or self._queue is None:
             return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="the store is not running")] * len(messages)
+        if not self.writable:
+            return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=self.not_writable_reason)] * len(messages)
+        need_acks = 0
+        gate = self.replicas
+        if gate is not None:  # §4.2: checked, and needAckNums computed, before appending
+            refusal, need_acks = gate.precheck()
+            if refusal is not None:
+                return [PutResult(refusal, detail="in-sync replicas not enough")] * len(messages)
         results: list[PutResult | None] = [None] * len(messages)
         accepted: list[int] = []
         records: list[tuple[Message, bytes, int]] = []  # (message, record tail, record size)
@@ -144,14 +284,22 @@ class MessageStore:
                 continue
             accepted.append(i)
             records.append((msg, tail, size))
-        if records:
-            fut = asyncio.get_running_loop().create_future()
-            await self._queue.put((records, fut))
-            stored = await fut
-            if len(accepted) == len(messages):
-                return stored
-            for i, result in zip(accepted, stored, strict=True):
-                results[i] = result
+        if not records:
+            return results  # type: ignore[return-value]
+        fut = asyncio.get_running_loop().create_future()
+        await self._queue.put((records, fut))
+        stored = await fut
+        if gate is not None and need_acks > 1 and stored[-1].status is PutMessageStatus.PUT_OK:
+            # §4.3: wait for replicas; each send waits for its own end offset, and one ack releases
+            # every send it covers (pipelined, never a round trip per message).
+            last = stored[-1]
+            status = await gate.wait(last.physical_offset + last.size, need_acks)
+            if status is not PutMessageStatus.PUT_OK:
+                stored = [r._replace(status=status) if r.status is PutMessageStatus.PUT_OK else r for r in stored]
+        if len(accepted) == len(messages):
+            return stored
+        for i, result in zip(accepted, stored, strict=True):
+            results[i] = result
         return results  # type: ignore[return-value]
 
     async def _writer(self) -> None:
@@ -165,10 +313,20 @@ class MessageStore:
                 count += len(batch[-1][0])
             records = [r for rs, _ in batch for r in rs]
             try:
+                if not self.writable:  # demoted while these waited in the queue
+                    raise _NotWritable(self.not_writable_reason)
                 # Placing and encoding is CPU work: here, on the loop (a second Python thread would
                 # only contend for the GIL). The writes and the fsync release the GIL: I/O thread.
                 flat, writes, entries = self._place(records)
-                await loop.run_in_executor(self._io, self._write, writes, entries, sync)
+                end = flat[-1].physical_offset + flat[-1].size
+                self._parked.append((end, entries))
+                self._reput_offset = end
+                if self.follow_max:
+                    self.confirm_offset = end  # written by the job below, before its entries
+                await loop.run_in_executor(self._io, self._write, writes, self._release(), sync)
+                self._notify_written()
+            except _NotWritable as exc:
+                flat = [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=str(exc))] * len(records)
             except Exception as exc:
                 # An I/O error mid-batch: stop taking writes (fenced) rather than risk consume-queue
                 # entries that point past the log; a restart's recovery rebuilds a consistent store.
@@ -183,7 +341,11 @@ class MessageStore:
                     fut.set_result(flat[at:at + len(rs)])
                 at += len(rs)
 
-    def _place(self, records: list[tuple[Message, bytes, int]]) -> tuple[list[PutResult], Writes, list]:
+    def _notify_written(self) -> None:
+        for listener in list(self.write_listeners):
+            listener()
+
+    def _place(self, records: list[tuple[Message, bytes, int]]) -> tuple[list[PutResult], Writes, Entries]:
         """Give a batch of validated (message, record tail, size) records their physical and queue
         offsets and encode them; no I/O. Returns the results and what ``_write`` must write."""
         now = int(time.time() * 1000)
@@ -204,15 +366,14 @@ class MessageStore:
         results = [PutResult(ok, off, qo, r[2], now) for off, qo, r in zip(offsets, queue_offsets, records, strict=True)]
         return results, writes, self.consume_queues.take_pending()
 
-    def _write(self, writes: Writes, entries: list, sync: bool) -> None:
+    def _write(self, writes: Writes, entries: Entries, sync: bool) -> None:
         """Blocking (I/O thread): the commit-log writes, then (SYNC_FLUSH) one fsync for the whole
         batch, then the consume-queue entries, so an entry never points at bytes not yet written."""
         self.commit_log.write(writes)
         if sync:
             self.commit_log.flush()  # one fsync acknowledges the whole batch (group commit)
             self.stats["fsyncs"] += 1
-        for cq, first, data in entries:
-            cq.write(first, data)
+        self._write_entries(entries)
 
     async def _flusher(self) -> None:
         loop = asyncio.get_running_loop()
@@ -224,6 +385,90 @@ class MessageStore:
         self.commit_log.flush()
         self.consume_queues.flush()
 
+    async def _checkpointer(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            if self.confirm_offset != self._checkpointed_confirm:
+                await loop.run_in_executor(self._io, self._write_checkpoint, self.confirm_offset)
+
+    def _write_checkpoint(self, confirm: int) -> None:
+        # Written after the log it covers is on disk: a checkpoint never claims bytes a crash loses.
+        self.commit_log.flush()
+        write_json_atomically(self.checkpoint_path, {"confirmPhyOffset": confirm})
+        self._checkpointed_confirm = confirm
+
+    # --- replication (slave side) -----------------------------------------------------------------
+
+    async def append_replicated(self, offset: int, data: bytes, flush: bool = False) -> None:
+        """Append bytes copied from the master at ``offset`` (the end of this log); the whole
+        records among them get consume-queue entries, published up to the confirm offset."""
+        if not data:
+            return
+        writes = self.commit_log.place_raw(offset, data)
+        self._reput(data)
+        await asyncio.get_running_loop().run_in_executor(self._io, self._write_replicated, writes, flush)
+        if self.follow_max:
+            self.confirm_offset = self.max_offset
+        released = self._release()
+        if released:
+            await asyncio.get_running_loop().run_in_executor(self._io, self._write_entries, released)
+        self._notify_written()
+
+    def _write_replicated(self, writes: Writes, flush: bool) -> None:
+        self.commit_log.write(writes)
+        if flush:
+            self.commit_log.flush()
+
+    def _reput(self, data: bytes) -> None:
+        """Turn the whole records in carried-over + new bytes into parked consume-queue entries."""
+        buf = self._reput_carry + data if self._reput_carry else data
+        pos, base = 0, self._reput_offset
+        while pos < len(buf):
+            try:
+                record = decode(buf, pos, check_crc=False)
+            except CorruptRecord:
+                if len(buf) - pos >= self.config.mapped_file_size_commit_log:
+                    raise
+                break  # the rest of a record comes with the next transfer
+            if isinstance(record, Blank):
+                size = record.size
+            else:
+                size = int.from_bytes(buf[pos:pos + 4], "big")
+                self._dispatch_record(base + pos, size, record, publish=False)
+            pos += size
+        self._reput_carry = buf[pos:]
+        self._reput_offset = base + pos
+
+    async def truncate(self, offset: int) -> RecoveryReport:
+        """Cut the log at ``offset`` (a record boundary; nothing happens at or beyond the end) and
+        rebuild the consume queues. A slave does this at its handshake to cut a fork (seed 004); the
+        cut is physical and fsynced, so it cannot come back after a crash."""
+
+        def cut() -> RecoveryReport:
+            if offset < self.commit_log.max_offset:
+                self.commit_log.truncate(max(offset, self.commit_log.min_offset))
+            self._write_checkpoint(min(self.confirm_offset, self.commit_log.max_offset))
+            return self.recover()
+
+        return await asyncio.get_running_loop().run_in_executor(self._io, cut)
+
+    async def restart_at(self, offset: int) -> RecoveryReport:
+        """Delete the whole log; it starts again, empty, at ``offset`` (rounded down to a segment
+        start). A replica whose log is all older than its master's (seed 004 case 1-1), or that has
+        no epoch entries to reconcile with, is copied again from there."""
+
+        def clear() -> RecoveryReport:
+            self.commit_log.clear(offset - offset % self.config.mapped_file_size_commit_log)
+            self._write_checkpoint(self.commit_log.max_offset)
+            return self.recover()
+
+        return await asyncio.get_running_loop().run_in_executor(self._io, clear)
+
+    async def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Written log bytes from ``offset`` within one segment (what a master ships)."""
+        return await asyncio.get_running_loop().run_in_executor(self._io, self.commit_log.read_raw, offset, max_bytes)
+
     # --- reading ----------------------------------------------------------------------------------
 
     async def get_messages(self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32) -> list[Message]:
@@ -234,8 +479,14 @@ class MessageStore:
         cq = self.consume_queues.queues.get((topic, queue_id))
         if cq is None:
             return []
-        return [self.commit_log.read_message(phys, size) for _, phys, size, _ in cq.entries(queue_offset, max_count)]
+        return [self.commit_log.read_message(phys, size)
+                for _, phys, size, _ in cq.entries(queue_offset, max_count) if size > 0]  # size 0: a hole
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The next queue offset consumers can read (published entries)."""
         cq = self.consume_queues.queues.get((topic, queue_id))
-        return cq.max_offset if cq else 0
+        return cq.count if cq else 0
+
+
+class _NotWritable(Exception):
+    pass

@@ -1,0 +1,180 @@
+"""The slave side of the HA link (reference §2.4): connect to the master's HA address, handshake,
+cut a forked tail where the epoch entries say the logs part (reference §2.5, seed 004's six cases),
+then append what the master ships and ack it. Reconnects with backoff after any error."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from ..store.store import MessageStore
+from .epoch import EpochEntry, EpochFile, plan_catch_up
+from .master import WRITE_TIMEOUT_S, LinkTimings
+from .packets import (
+    MASTER_HANDSHAKE_HEADER_SIZE,
+    TRANSFER_HEADER_SIZE,
+    HAState,
+    MasterHandshake,
+    PacketError,
+    SlaveAck,
+    SlaveHandshake,
+    TransferHeader,
+)
+
+log = logging.getLogger("brokers.ha")
+CONNECT_TIMEOUT_S = 5.0
+HANDSHAKE_TIMEOUT_S = 5.0
+BACKOFF_START_S, BACKOFF_MAX_S = 0.1, 5.0
+REFUSED_RETRY_S = 30.0
+
+
+class ReplicationError(Exception):
+    """The link must be dropped and started again (offset mismatch, protocol violation)."""
+
+
+class ReplicationRefused(ReplicationError):
+    """The logs cannot be reconciled automatically (seed 004 case 3-3): manual intervention."""
+
+
+class HAClient:
+    def __init__(self, store: MessageStore, epochs: EpochFile, broker_id: int, master_addr: Callable[[], str | None],
+                 timings: LinkTimings, sync_from_last_file: bool = False, async_learner: bool = False):
+        self.store = store
+        self.epochs = epochs
+        self.broker_id = broker_id
+        self.master_addr = master_addr
+        self.timings = timings
+        self.sync_from_last_file = sync_from_last_file
+        self.async_learner = async_learner
+        self.state = HAState.READY
+        self.connected_to: str | None = None
+        self.refused: str | None = None  # why the logs could not be reconciled (3-3), for operators
+        self.last_truncation: tuple[str, int] | None = None  # (fork case, offset) of the last handshake cut
+        self.reconnects = 0
+        self._task: asyncio.Task | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-client")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.state = HAState.SHUTDOWN
+
+    async def _run(self) -> None:
+        backoff = BACKOFF_START_S
+        while True:
+            self.state = HAState.READY
+            addr = self.master_addr()
+            if not addr:
+                await asyncio.sleep(1.0)
+                continue
+            host, _, port = addr.rpartition(":")
+            writer = None
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+                self._writer = writer
+                self.connected_to = addr
+                await self._session(reader, writer)
+            except ReplicationRefused as exc:
+                self.refused = str(exc)
+                log.error("replication from %s refused: %s; manual intervention needed (retrying in %.0f s)", addr,
+                          exc, REFUSED_RETRY_S)
+                backoff = REFUSED_RETRY_S
+            except (OSError, TimeoutError, asyncio.IncompleteReadError, PacketError, ReplicationError) as exc:
+                log.info("HA link to %s down (%s: %s); reconnecting in %.1f s", addr, type(exc).__name__, exc, backoff)
+            finally:
+                self.connected_to = None
+                self._writer = None
+                if writer is not None:
+                    writer.close()
+            self.reconnects += 1
+            await asyncio.sleep(backoff)
+            backoff = min(BACKOFF_MAX_S, backoff * 2) if backoff < REFUSED_RETRY_S else BACKOFF_START_S
+
+    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(data)
+        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.state = HAState.HANDSHAKE
+        await self._send(writer, SlaveHandshake(self.sync_from_last_file, self.async_learner, self.broker_id).encode())
+        raw = await asyncio.wait_for(reader.readexactly(MASTER_HANDSHAKE_HEADER_SIZE), HANDSHAKE_TIMEOUT_S)
+        state = int.from_bytes(raw[:4], "big", signed=True)
+        if state != HAState.HANDSHAKE:
+            raise ReplicationError(f"expected the master's handshake, got state {state}")
+        body_size, master_max, _last_epoch = MasterHandshake.decode_header(raw)
+        body = await asyncio.wait_for(reader.readexactly(body_size), HANDSHAKE_TIMEOUT_S) if body_size else b""
+        master_entries = [EpochEntry(e, s) for e, s in MasterHandshake.decode_body(body)]
+        fresh = await self._reconcile(master_entries, master_max)
+        self.refused = None
+        self.state = HAState.TRANSFER
+        await self._send(writer, SlaveAck(HAState.TRANSFER, 0 if fresh else self.store.max_offset).encode())
+        first = True
+        last_ack = time.monotonic()
+        current_epoch = self.epochs.last_epoch()
+        while True:
+            raw = await asyncio.wait_for(reader.readexactly(TRANSFER_HEADER_SIZE), self.timings.housekeeping_interval_s)
+            state = int.from_bytes(raw[:4], "big", signed=True)
+            if state != HAState.TRANSFER:
+                raise ReplicationError(f"expected a transfer, got state {state}")
+            header = TransferHeader.decode(raw)
+            data = await asyncio.wait_for(reader.readexactly(header.body_size), WRITE_TIMEOUT_S) if header.body_size else b""
+            local_max = self.store.max_offset
+            if header.offset != local_max:
+                if first and fresh and header.offset > local_max:
+                    await self._restart_at(header.offset)  # empty replica, or seed 004 case 1-1
+                else:
+                    raise ReplicationError(f"the master ships offset {header.offset}, this log ends at {local_max}")
+            first = False
+            if header.epoch != current_epoch and header.epoch > self.epochs.last_epoch():
+                self.epochs.append(EpochEntry(header.epoch, header.epoch_start_offset))
+            current_epoch = header.epoch
+            if data:
+                await self.store.append_replicated(header.offset, data)
+            self.store.set_confirm_offset(min(header.confirm_offset, self.store.max_offset))
+            if data or time.monotonic() - last_ack >= self.timings.heartbeat_interval_s:
+                await self._send(writer, SlaveAck(HAState.TRANSFER, self.store.max_offset).encode())
+                last_ack = time.monotonic()
+
+    async def _restart_at(self, offset: int) -> None:
+        log.info("replica log restarts at the master's offset %d (it had %d..%d)", offset, self.store.min_offset,
+                 self.store.max_offset)
+        self.epochs.truncate_suffix_by_offset(-1)
+        await self.store.restart_at(offset)
+
+    async def _reconcile(self, master: list[EpochEntry], master_max: int) -> bool:
+        """The handshake's truncation (reference §2.4 doTruncate, seed 004). Returns True when this
+        replica starts afresh (reports offset 0: the master chooses where to start)."""
+        store = self.store
+        if not self.epochs.entries:
+            if store.max_offset > store.min_offset:
+                log.warning("replica log %d..%d has no epoch entries; it is discarded and copied again",
+                            store.min_offset, store.max_offset)
+                await store.restart_at(0)
+            return True
+        if not master:
+            raise ReplicationError("the master has no epoch entries yet")
+        point = self.epochs.find_consistent_point(store.max_offset, master, master_max)
+        plan = plan_catch_up(store.min_offset, store.max_offset, master[0].start_offset, master_max, point)
+        self.last_truncation = (str(plan.case), plan.offset)
+        if plan.action == "REFUSE":
+            raise ReplicationRefused(f"fork case {plan.case}: replica log {store.min_offset}..{store.max_offset}, "
+                                     f"master up to {master_max}, consistent point {point}")
+        if plan.action == "START_FROM_MASTER_MIN":
+            self.epochs.truncate_suffix_by_offset(-1)
+            await store.restart_at(0)
+            return True
+        if plan.offset < store.max_offset:
+            log.warning("fork case %s: cutting this replica's log at %d (it ended at %d)", plan.case, plan.offset,
+                        store.max_offset)
+            self.epochs.truncate_suffix_by_offset(plan.offset)  # the epoch file first: see docs/replication.md
+            await store.truncate(plan.offset)
+        return False
+
+    def water_level(self) -> dict:
+        return {"haState": self.state.name, "masterHaAddr": self.connected_to or "", "refused": self.refused or ""}
