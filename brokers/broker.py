@@ -13,6 +13,7 @@ from .grpc.service import serve
 from .ha.service import HAService
 from .store.offsets import ConsumerOffsets
 from .store.store import FlushDiskType, MessageStore, StoreConfig
+from .tasks import cancel_and_wait
 from .topics import TopicConfigManager, system_topics
 
 log = logging.getLogger("brokers")
@@ -54,8 +55,7 @@ class Broker:
         await self.nameserver.stop()
         await self.ha.stop()
         if self.grpc_server is not None:
-            self._revive.cancel()
-            await asyncio.gather(self._revive, return_exceptions=True)
+            await cancel_and_wait(self._revive)
             await self.grpc_server.stop(grace=2)
             self.grpc_service._persist_offsets()
             await self.grpc_service.close()

@@ -156,8 +156,8 @@ def _check(c: BrokerConfig) -> list[str]:
         problems.append("flushDiskType: must be ASYNC_FLUSH or SYNC_FLUSH")
     if c.brokerRole not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
         problems.append("brokerRole: must be ASYNC_MASTER, SYNC_MASTER or SLAVE")
-    elif (c.brokerRole == "SLAVE") != (c.brokerId > 0):
-        problems.append("brokerId: a SLAVE has a brokerId > 0 and a master brokerId 0")
+    elif c.brokerRole == "SLAVE" and c.brokerId == 0:
+        problems.append("brokerId: a SLAVE's brokerId must be > 0 (0 is the master's)")
     if c.haMasterAddress and ":" not in c.haMasterAddress:
         problems.append("haMasterAddress: must be host:port")
     if not 1024 <= c.haTransferBatchSize <= 16 * 1024 * 1024:

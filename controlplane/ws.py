@@ -6,7 +6,8 @@ with the same ``seq``. A frame the server does not understand gets an error fram
 stays open. Pushes from the control plane carry their own increasing ``seq``.
 
 Heartbeats from every socket of this process are coalesced into one Redis call per round trip
-(``HeartbeatBatcher``), so throughput is not bounded by one Redis round trip per heartbeat.
+(``Coalescer``), so throughput is not bounded by one Redis round trip per heartbeat; so are the
+water levels that heartbeats may carry (a second coalescer, running alongside the liveness one).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from controlplane.controller import api as controller_api
 from controlplane.controller import liveness as ctl_liveness
 from controlplane.errors import ApiError, ResponseCode, error_body
 from controlplane.validation import ADDR_RE, NAME_RE
-from nameserver import liveness, services
-from nameserver.serializers import RegisterBrokerSerializer, UnregisterSerializer
+from nameserver import liveness, services, water_levels
+from nameserver.serializers import RegisterBrokerSerializer, UnregisterSerializer, parse_water_levels
 from nameserver.views import register_response
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,14 @@ class Coalescer:
             self._running = False
 
 
-async def _flush_controller_beats(beats: list) -> list:
-    await ctl_liveness.heartbeat_async(beats)
-    return [None] * len(beats)
+def _without_results(store):
+    """A ``Coalescer`` flush for a store that answers nothing per item."""
+
+    async def flush(items: list) -> list:
+        await store(items)
+        return [None] * len(items)
+
+    return flush
 
 
 _coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Coalescer]] = weakref.WeakKeyDictionary()
@@ -95,22 +101,29 @@ def _coalescer(kind: str) -> Coalescer:
     if per_loop is None:
         per_loop = _coalescers[loop] = {
             "nameserver": Coalescer(liveness.heartbeat_async),
-            "controller": Coalescer(_flush_controller_beats),
+            "controller": Coalescer(_without_results(ctl_liveness.heartbeat_async)),
+            "water_levels": Coalescer(_without_results(water_levels.store_async)),
         }
     return per_loop[kind]
 
 
-def _identity(payload: dict) -> tuple[str, str]:
-    """clusterName and brokerAddr of a heartbeat, checked as the REST serializer checks them."""
-    cluster, addr = payload.get("clusterName"), payload.get("brokerAddr")
+def _heartbeat(payload: dict) -> tuple[str, str, dict | None]:
+    """clusterName, brokerAddr and waterLevels (None if absent) of a heartbeat, checked as the REST
+    serializer checks them."""
+    cluster, addr, levels = payload.get("clusterName"), payload.get("brokerAddr"), payload.get("waterLevels")
     fields = {}
     if not isinstance(cluster, str) or not NAME_RE.match(cluster) or len(cluster) > 127:
         fields["clusterName"] = ["required; only letters, digits and %|_.- are allowed"]
     if not isinstance(addr, str) or not ADDR_RE.match(addr) or len(addr) > 255:
         fields["brokerAddr"] = ["required; must be host:port"]
+    if levels is not None:
+        try:
+            levels = parse_water_levels(levels, broker_name=payload.get("brokerName"))
+        except ValidationError as exc:
+            fields["waterLevels"] = exc.detail
     if fields:
         raise FrameError(ResponseCode.INVALID_PARAMETER, "invalid heartbeat", fields)
-    return cluster, addr
+    return cluster, addr, levels
 
 
 class BrokerConsumer(AsyncWebsocketConsumer):
@@ -191,11 +204,16 @@ class BrokerConsumer(AsyncWebsocketConsumer):
     # --- handlers: payload -> reply payload ------------------------------------------------------
 
     async def on_heartbeat(self, payload: dict) -> dict:
-        cluster, addr = _identity(payload)
+        cluster, addr, levels = _heartbeat(payload)
         self._check_cluster(cluster)
         member = liveness.member(cluster, addr)
         first = member not in self.bound
-        registered = await _coalescer("nameserver").submit((member, self.channel_name if first else ""))
+        beat = _coalescer("nameserver").submit((member, self.channel_name if first else ""))
+        if levels is None:
+            registered = await beat
+        else:  # both batches in flight at once: water levels add no round trip to the reply's latency
+            report = water_levels.WaterLevelReport(cluster, addr, levels)
+            registered, _ = await asyncio.gather(beat, _coalescer("water_levels").submit(report))
         if registered and first:
             self.bound.add(member)
         return {"registered": registered}

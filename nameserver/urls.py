@@ -12,6 +12,7 @@ urlpatterns = [
     path("brokers/<str:broker_name>/wipe-write-perm", views.WritePermView.as_view(writeable=False), name="wipe-write-perm"),
     path("brokers/<str:broker_name>/add-write-perm", views.WritePermView.as_view(writeable=True), name="add-write-perm"),
     path("cluster-info", views.ClusterInfoView.as_view(), name="cluster-info"),
+    path("water-levels", views.WaterLevelsView.as_view(), name="water-levels"),
     path("routes/<str:topic>", views.TopicRouteView.as_view(), name="route"),
     path("topics", views.TopicListView.as_view(), name="topics"),
     path("topics/<str:topic>", views.TopicDetailView.as_view(), name="topic"),

@@ -13,15 +13,17 @@ from controlplane.auth import IsAdmin, IsBroker, TokenPrincipal
 from controlplane.config_views import ConfigView as BaseConfigView
 from controlplane.errors import ApiError, ResponseCode
 
-from . import selectors, services, settings_store, wire
+from . import selectors, services, settings_store, water_levels, wire
 from .core.registry import RegisterOutcome
 from .serializers import (
+    WATER_LEVELS_SCHEMA,
     HeartbeatSerializer,
     MemberGroupQuerySerializer,
     RegisterBrokerSerializer,
     TopicDeleteSerializer,
     TopicUpdateSerializer,
     UnregisterSerializer,
+    WaterLevelsQuerySerializer,
 )
 
 ERROR = inline_serializer(
@@ -106,14 +108,50 @@ class HeartbeatView(APIView):
         request=HeartbeatSerializer,
         responses={200: inline_serializer("HeartbeatAck", {"registered": serializers.BooleanField()}), **COMMON_ERRORS},
         description="BROKER_HEARTBEAT (904): lightweight; refreshes liveness only (Redis, no Postgres write). "
-        "registered=false tells the broker to register again.",
+        "registered=false tells the broker to register again. An optional waterLevels report is kept (Redis, "
+        f"{water_levels.TTL_MILLIS // 1000} s) as the broker's latest; see getWaterLevels.",
     )
     def post(self, request):
         s = HeartbeatSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         d = s.validated_data
         _check_cluster(request, d["clusterName"])
-        return Response(_ok(registered=services.record_heartbeat(d["clusterName"], d["brokerAddr"])))
+        registered = services.record_heartbeat(d["clusterName"], d["brokerAddr"])
+        if d.get("waterLevels") is not None:
+            water_levels.store([water_levels.WaterLevelReport(d["clusterName"], d["brokerAddr"], d["waterLevels"])])
+        return Response(_ok(registered=registered))
+
+
+_REPORTED_WATER_LEVELS = {
+    **WATER_LEVELS_SCHEMA,
+    "required": [*WATER_LEVELS_SCHEMA["required"], "slaves", "clusterName", "brokerAddr", "reportedAtMs"],
+    "properties": {
+        **WATER_LEVELS_SCHEMA["properties"],
+        "clusterName": {"type": "string"},
+        "brokerAddr": {"type": "string"},
+        "reportedAtMs": {"type": "integer", "format": "int64", "description": "when it was stored (Redis clock, epoch ms)"},
+    },
+}
+
+
+class WaterLevelsView(APIView):
+    @extend_schema(
+        operation_id="getWaterLevels",
+        parameters=[WaterLevelsQuerySerializer],
+        responses={
+            200: {"type": "object", "properties": {"waterLevels": {"type": "array", "items": _REPORTED_WATER_LEVELS}}},
+            **COMMON_ERRORS,
+        },
+        description="(ours) The latest replication water levels each live broker of a cluster (or of one broker "
+        "set) sent with its heartbeat, sorted by brokerName, brokerId. A broker silent for "
+        f"{water_levels.TTL_MILLIS // 1000} s drops out.",
+    )
+    def get(self, request):
+        s = WaterLevelsQuerySerializer(data=request.query_params)
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        _check_cluster(request, d["clusterName"])
+        return Response({"waterLevels": water_levels.latest_reports(d["clusterName"], d.get("brokerName"))})
 
 
 class MemberGroupView(APIView):

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import websockets
 
 from ..config import BrokerConfig
+from ..tasks import cancel_and_wait
 from ..topics import TopicConfig, TopicConfigManager
 
 log = logging.getLogger("brokers.control")
@@ -59,10 +60,7 @@ class NameserverLink:
                                                "brokerName": self.config.brokerName}, timeout=2)
             except Exception:
                 pass
-        for task in [self._task, *self._background]:
-            if task is not None:
-                task.cancel()
-        await asyncio.gather(*(t for t in [self._task, *self._background] if t is not None), return_exceptions=True)
+        await cancel_and_wait(self._task, *self._background)
 
     def _ws_url(self) -> str:
         parts = urlsplit(self.config.controlPlaneUrl)
@@ -84,8 +82,7 @@ class NameserverLink:
                         backoff = BACKOFF_START_S
                         await self._beat_until_closed(reader)
                     finally:
-                        reader.cancel()
-                        await asyncio.gather(reader, return_exceptions=True)
+                        await cancel_and_wait(reader)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..store.store import MessageStore
+from ..tasks import cancel_and_wait
 from .epoch import EpochCache
 from .packets import (
     SLAVE_ACK_SIZE,
@@ -92,9 +93,7 @@ class MasterConnection:
             await self.close()
 
     async def close(self) -> None:
-        if self._transfer is not None:
-            self._transfer.cancel()
-            await asyncio.gather(self._transfer, return_exceptions=True)
+        await cancel_and_wait(self._transfer)
         self.writer.close()
         try:
             await asyncio.wait_for(self.writer.wait_closed(), 2)
@@ -213,9 +212,7 @@ class HAServer:
         self.store.write_listeners.discard(self._wake_all)
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
         if self._server is not None:
             await self._server.wait_closed()
 

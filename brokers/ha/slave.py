@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from ..store.store import MessageStore
+from ..tasks import cancel_and_wait
 from .epoch import EpochEntry, EpochFile, plan_catch_up
 from .master import WRITE_TIMEOUT_S, LinkTimings
 from .packets import (
@@ -60,9 +61,7 @@ class HAClient:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="ha-client")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await cancel_and_wait(self._task)
         self.state = HAState.SHUTDOWN
 
     async def _run(self) -> None:

@@ -30,6 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from ..tasks import cancel_and_wait
 from .commitlog import CommitLog, RecoveryReport, Writes
 from .consumequeue import ConsumeQueue, ConsumeQueues, tags_code
 from .files import write_json_atomically
@@ -192,9 +193,7 @@ class MessageStore:
 
     async def shutdown(self) -> None:
         self.running = False
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._io, self._close)
         self._io.shutdown(wait=True)
