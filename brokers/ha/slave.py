@@ -29,6 +29,8 @@ CONNECT_TIMEOUT_S = 5.0
 HANDSHAKE_TIMEOUT_S = 5.0
 BACKOFF_START_S, BACKOFF_MAX_S = 0.1, 5.0
 REFUSED_RETRY_S = 30.0
+TRANSFER_QUEUE = 256  # transfers read ahead of the appender (at most 256 x haTransferBatchSize)
+MAX_APPEND = 4 * 1024 * 1024  # bytes appended (and acked) together
 
 
 class ReplicationError(Exception):
@@ -113,30 +115,68 @@ class HAClient:
         self.refused = None
         self.state = HAState.TRANSFER
         await self._send(writer, SlaveAck(HAState.TRANSFER, 0 if fresh else self.store.max_offset).encode())
+        transfers: asyncio.Queue = asyncio.Queue(TRANSFER_QUEUE)
+        pump = asyncio.get_running_loop().create_task(self._read_transfers(reader, transfers), name="ha-read")
+        try:
+            await self._apply_transfers(writer, transfers, fresh)
+        finally:
+            await cancel_and_wait(pump)
+
+    async def _read_transfers(self, reader: asyncio.StreamReader, transfers: asyncio.Queue) -> None:
+        """Read transfers as they come, so the appender can take every one already here at once."""
+        try:
+            while True:
+                raw = await asyncio.wait_for(reader.readexactly(TRANSFER_HEADER_SIZE), self.timings.housekeeping_interval_s)
+                state = int.from_bytes(raw[:4], "big", signed=True)
+                if state != HAState.TRANSFER:
+                    raise ReplicationError(f"expected a transfer, got state {state}")
+                header = TransferHeader.decode(raw)
+                data = await asyncio.wait_for(reader.readexactly(header.body_size), WRITE_TIMEOUT_S) if header.body_size else b""
+                await transfers.put((header, data))
+        except Exception as exc:
+            await transfers.put(exc)
+
+    async def _apply_transfers(self, writer: asyncio.StreamWriter, transfers: asyncio.Queue, fresh: bool) -> None:
         first = True
         last_ack = time.monotonic()
         current_epoch = self.epochs.last_epoch()
         while True:
-            raw = await asyncio.wait_for(reader.readexactly(TRANSFER_HEADER_SIZE), self.timings.housekeeping_interval_s)
-            state = int.from_bytes(raw[:4], "big", signed=True)
-            if state != HAState.TRANSFER:
-                raise ReplicationError(f"expected a transfer, got state {state}")
-            header = TransferHeader.decode(raw)
-            data = await asyncio.wait_for(reader.readexactly(header.body_size), WRITE_TIMEOUT_S) if header.body_size else b""
-            local_max = self.store.max_offset
-            if header.offset != local_max:
-                if first and fresh and header.offset > local_max:
-                    await self._restart_at(header.offset)  # empty replica, or seed 004 case 1-1
-                else:
-                    raise ReplicationError(f"the master ships offset {header.offset}, this log ends at {local_max}")
-            first = False
-            if header.epoch != current_epoch and header.epoch > self.epochs.last_epoch():
-                self.epochs.append(EpochEntry(header.epoch, header.epoch_start_offset))
-            current_epoch = header.epoch
-            if data:
-                await self.store.append_replicated(header.offset, data)
-            self.store.set_confirm_offset(min(header.confirm_offset, self.store.max_offset))
-            if data or time.monotonic() - last_ack >= self.timings.heartbeat_interval_s:
+            items = [await transfers.get()]
+            size = len(items[0][1]) if isinstance(items[0], tuple) else 0
+            while not transfers.empty() and size < MAX_APPEND:
+                items.append(transfers.get_nowait())
+                size += len(items[-1][1]) if isinstance(items[-1], tuple) else 0
+            chunks: list[tuple[int, bytes]] = []
+            end = self.store.max_offset
+            confirm = None
+            for item in items:
+                if isinstance(item, BaseException):
+                    if chunks:
+                        await self.store.append_replicated(chunks)
+                    raise item
+                header, data = item
+                if header.offset != end:
+                    if first and fresh and header.offset > end:
+                        await self._restart_at(header.offset)  # empty replica, or seed 004 case 1-1
+                        end = self.store.max_offset
+                    else:
+                        raise ReplicationError(f"the master ships offset {header.offset}, this log ends at {end}")
+                first = False
+                if header.epoch != current_epoch and header.epoch > self.epochs.last_epoch():
+                    if chunks:  # the epoch entry is written after the bytes before it
+                        await self.store.append_replicated(chunks)
+                        chunks = []
+                    self.epochs.append(EpochEntry(header.epoch, header.epoch_start_offset))
+                current_epoch = header.epoch
+                if data:
+                    chunks.append((header.offset, data))
+                    end += len(data)
+                confirm = header.confirm_offset
+            if chunks:
+                await self.store.append_replicated(chunks)
+            if confirm is not None:
+                self.store.set_confirm_offset(min(confirm, self.store.max_offset))
+            if size or time.monotonic() - last_ack >= self.timings.heartbeat_interval_s:
                 await self._send(writer, SlaveAck(HAState.TRANSFER, self.store.max_offset).encode())
                 last_ack = time.monotonic()
 

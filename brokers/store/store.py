@@ -111,6 +111,7 @@ class MessageStore:
         self.consume_queues = ConsumeQueues(root / "consumequeue")
         self.checkpoint_path = root / "checkpoint"
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-io")
+        self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
         self._queue: asyncio.Queue | None = None
         self._tasks: list[asyncio.Task] = []
         self.running = False
@@ -195,6 +196,7 @@ class MessageStore:
         self.running = False
         await cancel_and_wait(*self._tasks)
         loop = asyncio.get_running_loop()
+        self._reads.shutdown(wait=True)
         await loop.run_in_executor(self._io, self._close)
         self._io.shutdown(wait=True)
 
@@ -399,25 +401,28 @@ class MessageStore:
 
     # --- replication (slave side) -----------------------------------------------------------------
 
-    async def append_replicated(self, offset: int, data: bytes, flush: bool = False) -> None:
-        """Append bytes copied from the master at ``offset`` (the end of this log); the whole
-        records among them get consume-queue entries, published up to the confirm offset."""
-        if not data:
+    async def append_replicated(self, chunks: list[tuple[int, bytes]], flush: bool = False) -> None:
+        """Append byte ranges copied from the master, ``(offset, bytes)`` each, contiguous from the
+        end of this log, in one write job; the whole records among them get consume-queue entries,
+        published up to the confirm offset."""
+        writes: Writes = []
+        for offset, data in chunks:
+            if data:
+                writes += self.commit_log.place_raw(offset, data)
+                self._reput(data)
+        if not writes:
             return
-        writes = self.commit_log.place_raw(offset, data)
-        self._reput(data)
-        await asyncio.get_running_loop().run_in_executor(self._io, self._write_replicated, writes, flush)
+        released = self._release()  # entries confirmed earlier (their bytes are written already)
+        await asyncio.get_running_loop().run_in_executor(self._io, self._write_replicated, writes, released, flush)
         if self.follow_max:
-            self.confirm_offset = self.max_offset
-        released = self._release()
-        if released:
-            await asyncio.get_running_loop().run_in_executor(self._io, self._write_entries, released)
+            self.set_confirm_offset(self.max_offset)
         self._notify_written()
 
-    def _write_replicated(self, writes: Writes, flush: bool) -> None:
+    def _write_replicated(self, writes: Writes, released: Entries, flush: bool) -> None:
         self.commit_log.write(writes)
         if flush:
             self.commit_log.flush()
+        self._write_entries(released)
 
     def _reput(self, data: bytes) -> None:
         """Turn the whole records in carried-over + new bytes into parked consume-queue entries."""
@@ -466,7 +471,9 @@ class MessageStore:
 
     async def read_raw(self, offset: int, max_bytes: int) -> bytes:
         """Written log bytes from ``offset`` within one segment (what a master ships)."""
-        return await asyncio.get_running_loop().run_in_executor(self._io, self.commit_log.read_raw, offset, max_bytes)
+        # Its own thread: shipping to slaves must not queue behind this store's writes and fsyncs
+        # (pread of written bytes needs no ordering with them).
+        return await asyncio.get_running_loop().run_in_executor(self._reads, self.commit_log.read_raw, offset, max_bytes)
 
     # --- reading ----------------------------------------------------------------------------------
 
