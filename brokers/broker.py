@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .config import BrokerConfig
 from .control.nameserver import NameserverLink
+from .control.replicas import ReplicasManager
 from .grpc.service import serve
 from .ha.service import HAService
 from .store.offsets import ConsumerOffsets
@@ -28,7 +29,7 @@ class Broker:
             flush_disk_type=FlushDiskType(config.flushDiskType), flush_interval_commit_log=config.flushIntervalCommitLog))
         # A slave publishes consume-queue entries only up to its master's confirm offset, from
         # recovery on (reference §2.6).
-        self.store.follow_max = config.brokerRole != "SLAVE"
+        self.store.follow_max = config.brokerRole != "SLAVE" and not config.enableControllerMode
         self.topics = TopicConfigManager(root / "config" / "topics.json")
         for tc in system_topics(config.brokerClusterName, config.brokerName):
             if tc.topicName not in self.topics.topics:
@@ -37,6 +38,8 @@ class Broker:
         self.ha = HAService(config, self.store)
         self.nameserver.water_levels = self.ha.water_levels
         self.nameserver.on_registered = lambda reply: self.ha.on_master_ha_addr(reply.get("haServerAddr"))
+        self.replicas = (ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics)
+                         if config.enableControllerMode else None)
         self.grpc_server = None
         self.grpc_service = None
 
@@ -50,8 +53,12 @@ class Broker:
         self._revive = asyncio.get_running_loop().create_task(self.grpc_service.revive_forever(), name="revive")
         self.grpc_service.on_topics_changed = self.nameserver.register_soon
         self.nameserver.start()
+        if self.replicas is not None:
+            self.replicas.start()
 
     async def stop(self) -> None:
+        if self.replicas is not None:
+            await self.replicas.stop()
         await self.nameserver.stop()
         await self.ha.stop()
         if self.grpc_server is not None:

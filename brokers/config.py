@@ -57,6 +57,12 @@ class BrokerConfig:
     slaveTimeout: int = 3000
     syncFromLastFile: bool = False
     asyncLearner: bool = False
+    # Controller mode (reference §2.1, §2.7): the controller assigns ids and roles.
+    enableControllerMode: bool = False
+    brokerElectionPriority: int = 2**31 - 1  # lower is preferred
+    controllerHeartBeatTimeoutMills: int = 10000
+    syncBrokerMetadataPeriod: int = 5000
+    checkSyncStateSetPeriod: int = 5000
     zoneName: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 

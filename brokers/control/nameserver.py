@@ -45,6 +45,10 @@ class NameserverLink:
         self.on_push: dict[str, Callable[[dict], Awaitable[None]]] = {}
         self._background: set[asyncio.Task] = set()
         self.on_registered: Callable[[dict], None] | None = None  # sees every registration answer
+        # Controller mode: the id this broker registers with (0 as master, its controller id as a
+        # slave), and whether it may register at all (not while fenced, reference §2.1 step 1).
+        self.broker_id = config.brokerId
+        self.may_register: Callable[[], bool] = lambda: True
         self.water_levels: Callable[[], dict] | None = None  # replication water levels for heartbeats
 
     # --- life cycle -------------------------------------------------------------------------------
@@ -77,7 +81,8 @@ class NameserverLink:
                     self._ws = ws
                     reader = asyncio.create_task(self._read(ws))
                     try:
-                        await self.register()
+                        if self.may_register():
+                            await self.register()
                         self.connected.set()
                         backoff = BACKOFF_START_S
                         await self._beat_until_closed(reader)
@@ -104,7 +109,9 @@ class NameserverLink:
         next_register = loop.time() + register_s
         while not reader.done():
             await asyncio.sleep(beat_s)
-            if loop.time() >= next_register:
+            if not self.may_register():
+                continue
+            if loop.time() >= next_register or not self.registered_once.is_set():
                 await self.register()
                 next_register = loop.time() + register_s
                 continue
@@ -183,7 +190,7 @@ class NameserverLink:
         c = self.config
         reply = await self.call("register", {
             "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerAddr": c.broker_addr,
-            "haServerAddr": c.ha_server_addr, "grpcAddr": c.grpc_addr, "brokerId": c.brokerId, "zoneName": c.zoneName,
+            "haServerAddr": c.ha_server_addr, "grpcAddr": c.grpc_addr, "brokerId": self.broker_id, "zoneName": c.zoneName,
             "heartbeatTimeoutMillis": c.heartbeat_timeout_millis, "enableActingMaster": c.enableSlaveActingMaster,
             "topicConfigWrapper": self.topics.wrapper(),
         })

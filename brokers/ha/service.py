@@ -9,13 +9,23 @@ the same pieces.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..config import BrokerConfig
 from ..store.store import MessageStore, PutMessageStatus
 from .epoch import EPOCH_FILE_NAME, EpochEntry, EpochFile
 from .master import HAServer, LinkTimings, MasterConnection
-from .quorum import AckWaiters, BrokerRole, QuorumConfig, acked_replicas, ha_in_sync_count, need_ack_nums
+from .quorum import (
+    ALL_ACK_IN_SYNC_STATE_SET,
+    AckWaiters,
+    BrokerRole,
+    QuorumConfig,
+    acked_replicas,
+    ha_in_sync_count,
+    need_ack_nums,
+)
 from .slave import HAClient
 
 log = logging.getLogger("brokers.ha")
@@ -42,10 +52,23 @@ class HAService:
         self.server: HAServer | None = None
         self.client: HAClient | None = None
         self.master_ha_addr: str | None = config.haMasterAddress or None  # a slave's; else from the nameserver
+        # Controller mode (reference §2.1-2.3): roles change at run time; the SyncStateSet is the
+        # controller's, widened by a proposal in flight (#5663).
+        self.controller_mode = config.enableControllerMode
+        self.broker_id = config.brokerId  # the controller id in controller mode
+        self.sync_state_set: set[int] = set()
+        self.proposed_sync_state_set: set[int] | None = None
+        self.on_expand: Callable[[int], None] | None = None  # a slave qualifies for the SyncStateSet
+        self.on_slave_gone: Callable[[int], None] | None = None  # a SyncStateSet member's link closed
 
     # --- life cycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.controller_mode:  # fenced until the controller gives a role (brokers/control/replicas.py)
+            self.store.writable = False
+            self.store.not_writable_reason = "fenced: waiting for the controller to assign a role"
+            self.store.set_follow_max(False)
+            return
         if self.role is BrokerRole.SLAVE:
             self.store.writable = False
             self.store.not_writable_reason = "this broker is a SLAVE"
@@ -75,6 +98,82 @@ class HAService:
             log.info("master HA address from the nameserver: %s", addr)
             self.master_ha_addr = addr
 
+    # --- controller mode: role changes (reference §2.3) ------------------------------------------
+
+    async def change_to_master(self, epoch: int, sync_state_set: set[int]) -> None:
+        """Become master at ``epoch``: stop copying, cut a torn tail, open the epoch, serve slaves."""
+        if epoch < self.epochs.last_epoch():
+            raise ValueError(f"master epoch {epoch} is older than this replica's last epoch {self.epochs.last_epoch()}")
+        if self.client is not None:
+            await self.client.stop()
+            self.client = None
+        valid = self.store.valid_end
+        if valid < self.store.max_offset:  # a copy cut mid-record (§2.3 truncateInvalidMsg)
+            log.warning("cutting a partial record at %d (log ended at %d) before taking over", valid, self.store.max_offset)
+            self.epochs.truncate_suffix_by_offset(valid + 1)
+            await self.store.truncate(valid)
+        if self.epochs.last_epoch() >= epoch:
+            self.epochs.truncate_suffix_by_epoch(epoch)
+        # An epoch that never got a byte cannot be followed by one starting at the same offset.
+        self.epochs.truncate_suffix_by_offset(self.store.max_offset)
+        self.epochs.append(EpochEntry(epoch, self.store.max_offset))
+        self.role = BrokerRole.SYNC_MASTER
+        self.set_sync_state_set(sync_state_set)
+        if self.server is None:
+            self.server = HAServer(self.store, self.epochs, self.timings, self._on_ack)
+            await self.server.start(self.config.brokerIP1, self.config.haListenPort)
+        self.store.replicas = self
+
+    async def change_to_slave(self) -> None:
+        """Follow the master (its HA address comes from the nameserver); stop serving slaves."""
+        self.store.writable = False
+        self.store.not_writable_reason = "this broker is a SLAVE"
+        self.store.replicas = None
+        self.waiters.fail_all(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        self.role = BrokerRole.SLAVE
+        self.sync_state_set, self.proposed_sync_state_set = set(), None
+        if self.server is not None:
+            await self.server.stop()
+            self.server = None
+        self.store.set_follow_max(False)
+        if self.client is not None:
+            await self.client.stop()
+        self.master_ha_addr = self.config.haMasterAddress or None
+        self.client = HAClient(self.store, self.epochs, self.broker_id, lambda: self.master_ha_addr,
+                               self.timings, self.config.syncFromLastFile, self.config.asyncLearner)
+        self.client.start()
+
+    def set_sync_state_set(self, members: set[int]) -> None:
+        """Apply a controller-confirmed SyncStateSet; ends a proposal in flight (§2.2)."""
+        self.sync_state_set = set(members)
+        self.proposed_sync_state_set = None
+        self._update_confirm_offset()
+        self._release_waiters()
+
+    def effective_sync_state_set(self) -> set[int]:
+        if self.proposed_sync_state_set is None:
+            return set(self.sync_state_set)
+        return self.sync_state_set | self.proposed_sync_state_set
+
+    def _update_confirm_offset(self) -> None:
+        """§2.6 on a controller-mode master."""
+        if not self.controller_mode or self.role is BrokerRole.SLAVE:
+            return
+        members = self.effective_sync_state_set()
+        if len(members) <= 1 or not self.quorum.all_ack_in_sync_state_set:
+            self.store.set_follow_max(True)
+            return
+        self.store.follow_max = False
+        acks = self._member_acks(members)
+        if any(a is None for a in acks.values()):
+            return  # a member without a link: unchanged (#6662)
+        live = [a for a in acks.values() if a and a > 0]  # members that have not acked yet are ignored (#6728)
+        self.store.set_confirm_offset(min([self.store.max_offset, *live]))
+
+    def _member_acks(self, members: set[int]) -> dict[int, int | None]:
+        by_id = {c.slave_id: c.ack_offset for c in (self.server.connections if self.server else ()) if c.slave_id is not None}
+        return {m: by_id.get(m) for m in members if m != self.broker_id}
+
     # --- quorum (ReplicaGate) ---------------------------------------------------------------------
 
     def _acks(self) -> list[int]:
@@ -83,26 +182,59 @@ class HAService:
         return [c.ack_offset for c in self.server.connections if c.ack_offset >= 0 and not c.async_learner]
 
     def precheck(self) -> tuple[PutMessageStatus | None, int]:
+        if self.controller_mode:
+            return need_ack_nums(self.quorum, self.role, controller_mode=True, acting_master_mode=False,
+                                 in_sync=max(len(self.sync_state_set), len(self.proposed_sync_state_set or ())))
         in_sync = ha_in_sync_count(self.store.max_offset, self._acks(), self.quorum.ha_max_gap_not_in_sync)
         return need_ack_nums(self.quorum, self.role, controller_mode=False,
                              acting_master_mode=self.config.enableSlaveActingMaster, in_sync=in_sync)
 
     async def wait(self, next_offset: int, need_acks: int) -> PutMessageStatus:
-        satisfied = acked_replicas(next_offset, self._acks()) >= need_acks
+        if need_acks == ALL_ACK_IN_SYNC_STATE_SET:
+            members = self._member_acks(self.effective_sync_state_set())
+            satisfied = all((a or 0) >= next_offset for a in members.values())
+        else:
+            satisfied = acked_replicas(next_offset, self._acks()) >= need_acks
         return await self.waiters.wait(next_offset, need_acks, self.quorum.slave_timeout_ms / 1000, satisfied)
 
-    def _on_ack(self, _conn: MasterConnection) -> None:
+    def _release_waiters(self) -> None:
         if len(self.waiters):
-            self.waiters.release(self._acks())
+            members = [a or 0 for a in self._member_acks(self.effective_sync_state_set()).values()]
+            self.waiters.release(self._acks(), members)
+
+    def _on_ack(self, conn: MasterConnection) -> None:
+        if self.controller_mode and self.role is not BrokerRole.SLAVE and conn.slave_id is not None:
+            closed = self.server is None or conn not in self.server.connections
+            members = self.effective_sync_state_set()
+            if closed:
+                if conn.slave_id in members and self.on_slave_gone is not None:
+                    self.on_slave_gone(conn.slave_id)
+            elif (conn.slave_id not in members and not conn.async_learner and self.on_expand is not None
+                  and conn.ack_offset >= self.store.confirm_offset
+                  and conn.ack_offset >= (self.epochs.last_entry().start_offset if self.epochs.entries else 0)):
+                self.on_expand(conn.slave_id)  # §2.2 maybeExpandInSyncStateSet
+            self._update_confirm_offset()
+        self._release_waiters()
+
+    def caught_up_members(self, now_ms: int | None = None) -> set[int]:
+        """Members still caught up within haMaxTimeSlaveNotCatchup (§2.2 shrink); self always."""
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        limit = self.config.haMaxTimeSlaveNotCatchup
+        keep = {self.broker_id}
+        for c in self.server.connections if self.server else ():
+            if c.slave_id in self.sync_state_set and c.caught_up_ms and now_ms - c.caught_up_ms <= limit:
+                keep.add(c.slave_id)
+        return keep
 
     # --- water levels -------------------------------------------------------------------------------
 
     def water_levels(self) -> dict:
         store = self.store
-        report = {"brokerName": self.config.brokerName, "brokerId": self.config.brokerId, "role": self.role.value,
+        report = {"brokerName": self.config.brokerName, "brokerId": self.broker_id, "role": self.role.value,
                   "masterEpoch": self.epochs.last_epoch(), "maxOffset": store.max_offset,
                   "confirmOffset": store.confirm_offset, "minOffset": store.min_offset, "slaves": []}
         if self.server is not None:
-            report["slaves"] = sorted((c.water_level(False) for c in self.server.connections if c.slave_id is not None),
-                                      key=lambda s: s["brokerId"])
+            members = self.effective_sync_state_set()
+            report["slaves"] = sorted((c.water_level(c.slave_id in members) for c in self.server.connections
+                                       if c.slave_id is not None), key=lambda s: s["brokerId"])
         return report

@@ -218,6 +218,11 @@ class MessageStore:
         """The end of the written log (what replicas can copy and water levels report)."""
         return self.commit_log.written_offset
 
+    @property
+    def valid_end(self) -> int:
+        """The end of the last whole record (a slave's copy may end inside one)."""
+        return self._reput_offset
+
     def set_follow_max(self, follow: bool) -> None:
         """A master's confirm offset follows its max offset (§2.6: SyncStateSet of one, or
         allAckInSyncStateSet off); switching it on publishes everything parked (promotion)."""

@@ -33,11 +33,11 @@ BODY = b"r" * 1024
 class Replica:
     def __init__(self, root: Path, name: str, broker_id: int, role: str, control_plane: str, token: str, **extra):
         self.root, self.name = root / name, name
-        self.grpc_port, self.ha_port = free_port(), free_port()
+        self.grpc_port, self.ha_port, self.listen_port = free_port(), free_port(), free_port()
         TopicConfigManager(self.root / "config" / "topics.json").update(TopicConfig("Replicated", 4, 4, 6))
         lines = [
             "brokerClusterName=repl", "brokerName=group-a", f"brokerId={broker_id}", f"brokerRole={role}",
-            f"listenPort={free_port()}", f"haListenPort={self.ha_port}", f"grpcServerPort={self.grpc_port}",
+            f"listenPort={self.listen_port}", f"haListenPort={self.ha_port}", f"grpcServerPort={self.grpc_port}",
             f"storePathRootDir={self.root}", f"controlPlaneUrl={control_plane}", f"controlPlaneToken={token}",
             f"mappedFileSizeCommitLog={SEGMENT}", "brokerHeartbeatInterval=300", "haSendHeartbeatInterval=500",
             "haHousekeepingInterval=3000",

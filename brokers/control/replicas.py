@@ -1,0 +1,309 @@
+"""Controller mode on the broker (reference §2.1-2.2): the replicas manager.
+
+The broker starts fenced (no sends). It gets a controller id (getNextBrokerId -> a temporary
+identity file -> applyBrokerId -> the identity file), registers with the controller, heartbeats to
+it every brokerHeartbeatInterval over the control-plane websocket, and takes its role from the
+controller's pushes (notify_broker_role_changed) and from a replica-info poll every
+syncBrokerMetadataPeriod, acting only on a strictly greater master epoch. Only then is it unfenced
+and registered with the nameserver (as id 0 when master). A master keeps its SyncStateSet: it shrinks
+it when a slave falls behind for haMaxTimeSlaveNotCatchup or its link closes, expands it when a slave
+catches up, and proposes each change with alterSyncStateSet (epoch-fenced by the controller).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from ..config import BrokerConfig
+from ..ha.service import HAService
+from ..store.files import write_json_atomically
+from ..store.store import MessageStore
+from ..tasks import cancel_and_wait
+from ..topics import TopicConfigManager
+from .nameserver import ControlPlaneError, NameserverLink
+
+log = logging.getLogger("brokers.controller")
+IDENTITY_FILE = "brokerIdentity"
+METADATA_NOT_EXIST = 2008
+
+
+class ReplicasManager:
+    def __init__(self, config: BrokerConfig, store: MessageStore, ha: HAService, link: NameserverLink,
+                 topics: TopicConfigManager):
+        self.config, self.store, self.ha, self.link, self.topics = config, store, ha, link, topics
+        self.root = Path(config.storePathRootDir)
+        self.broker_id: int | None = None  # brokerControllerId
+        self.master_id: int | None = None
+        self.master_addr: str | None = None
+        self.master_epoch = 0
+        self.sync_state_set_epoch = 0
+        self.role_known = asyncio.Event()
+        self.state = "INITIAL"
+        self._role_lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task] = []
+        self._alter_wanted = asyncio.Event()
+        self._fence("fenced: waiting for the controller to assign a role")
+        link.may_register = self.role_known.is_set
+        link.on_push["notify_broker_role_changed"] = self._on_role_pushed
+        ha.on_expand = lambda _slave: self._alter_wanted.set()
+        ha.on_slave_gone = lambda _slave: self._alter_wanted.set()
+
+    # --- life cycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name="replicas-manager")]
+
+    async def stop(self) -> None:
+        await cancel_and_wait(*self._tasks)
+
+    def _fence(self, why: str) -> None:
+        self.store.writable = False
+        self.store.not_writable_reason = why
+
+    async def _run(self) -> None:
+        await self._wait_connected()
+        await self._ensure_identity()
+        self.state = "FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE"
+        reply = await self._retry("register to the controller", self._register_to_controller)
+        self.state = "REGISTER_TO_CONTROLLER_DONE"
+        loop = asyncio.get_running_loop()
+        self._tasks += [loop.create_task(self._heartbeats(), name="controller-heartbeat"),
+                        loop.create_task(self._sync_metadata(), name="controller-sync"),
+                        loop.create_task(self._keep_sync_state_set(), name="sync-state-set")]
+        await self._heartbeat_once()
+        if reply.get("masterBrokerId") is not None and reply.get("masterEpoch", 0) > self.master_epoch:
+            await self._apply(reply)
+        else:
+            await self._elect()
+
+    async def _wait_connected(self) -> None:
+        await self.link.connected.wait()
+
+    async def _retry(self, what: str, call, attempts: int = 0):
+        delay = 0.2
+        n = 0
+        while True:
+            try:
+                return await call()
+            except (ControlPlaneError, OSError, TimeoutError) as exc:
+                n += 1
+                if attempts and n >= attempts:
+                    raise
+                log.info("%s failed (%s); retrying in %.1f s", what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(2.0, delay * 2)
+
+    # --- identity (reference §1.8) ----------------------------------------------------------------
+
+    async def _ensure_identity(self) -> None:
+        path = self.root / IDENTITY_FILE
+        if path.exists():
+            identity = json.loads(path.read_text())
+            self.broker_id = int(identity["brokerId"])
+            self.ha.broker_id = self.broker_id
+            return
+        tmp = self.root / (IDENTITY_FILE + ".tmp")
+        c = self.config
+        while True:
+            if tmp.exists():  # a crash between apply and the identity file: apply the same id again
+                pending = json.loads(tmp.read_text())
+            else:
+                reply = await self._retry("getNextBrokerId", lambda: self.link.call(
+                    "get_next_broker_id", {"clusterName": c.brokerClusterName, "brokerName": c.brokerName}))
+                pending = {"brokerId": int(reply["nextBrokerId"]),
+                           "registerCheckCode": f"{c.broker_addr};{int(time.time() * 1000)}"}
+                write_json_atomically(tmp, pending)
+            try:
+                await self.link.call("apply_broker_id", {"clusterName": c.brokerClusterName, "brokerName": c.brokerName,
+                                                         "appliedBrokerId": pending["brokerId"],
+                                                         "registerCheckCode": pending["registerCheckCode"]})
+            except ControlPlaneError as exc:
+                if "not connected" in str(exc) or "connection lost" in str(exc):
+                    await asyncio.sleep(0.5)
+                    continue
+                log.info("broker id %d taken (%s); asking for another", pending["brokerId"], exc)
+                tmp.unlink(missing_ok=True)
+                continue
+            write_json_atomically(path, {"clusterName": c.brokerClusterName, "brokerName": c.brokerName,
+                                         "brokerId": pending["brokerId"]})
+            tmp.unlink(missing_ok=True)
+            self.broker_id = pending["brokerId"]
+            self.ha.broker_id = self.broker_id
+            log.info("controller assigned broker id %d", self.broker_id)
+            return
+
+    async def _register_to_controller(self) -> dict:
+        c = self.config
+        return await self.link.call("register_broker_to_controller", {
+            "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerId": self.broker_id,
+            "brokerAddress": c.broker_addr})
+
+    # --- heartbeat and metadata -------------------------------------------------------------------
+
+    async def _heartbeat_once(self) -> None:
+        c = self.config
+        await self.link.call("controller_heartbeat", {
+            "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerAddr": c.broker_addr,
+            "brokerId": self.broker_id, "epoch": self.ha.epochs.last_epoch(), "maxOffset": self.store.max_offset,
+            "confirmOffset": self.store.confirm_offset, "heartbeatTimeoutMillis": c.controllerHeartBeatTimeoutMills,
+            "electionPriority": c.brokerElectionPriority}, timeout=max(1.0, c.brokerHeartbeatInterval / 1000))
+
+    async def _heartbeats(self) -> None:
+        period = self.config.brokerHeartbeatInterval / 1000
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self._heartbeat_once()
+            except (ControlPlaneError, OSError, TimeoutError) as exc:
+                log.debug("controller heartbeat failed: %s", exc)
+
+    async def _sync_metadata(self) -> None:
+        """The replica-info poll (§2.1 syncBrokerMetadata); also re-registers with the nameserver
+        while a slave does not know its master's HA address yet."""
+        period = self.config.syncBrokerMetadataPeriod / 1000
+        next_poll = asyncio.get_running_loop().time() + period
+        while True:
+            await asyncio.sleep(0.5)
+            if self.role_known.is_set() and self.ha.role.value == "SLAVE" and not self.ha.master_ha_addr:
+                self.link.register_soon()  # the answer names the master's HA address once it registered
+            if asyncio.get_running_loop().time() < next_poll:
+                continue
+            next_poll = asyncio.get_running_loop().time() + period
+            try:
+                info = await self.link.call("get_replica_info", {"brokerName": self.config.brokerName})
+            except ControlPlaneError as exc:
+                if str(METADATA_NOT_EXIST) in str(exc):
+                    await self._retry("re-register to the controller", self._register_to_controller, attempts=3)
+                continue
+            except (OSError, TimeoutError):
+                continue
+            epoch = info.get("masterEpoch", 0)
+            if epoch > self.master_epoch:
+                if info.get("masterBrokerId") is not None:
+                    await self._apply(info)
+                else:
+                    await self._elect()
+            elif epoch == self.master_epoch and self.master_id == self.broker_id:
+                self._adopt_sync_state_set(info)
+
+    async def _elect(self) -> None:
+        """brokerElect (§2.1): ask the controller to elect, as this broker."""
+        try:
+            reply = await self.link.call("elect_master", {"clusterName": self.config.brokerClusterName,
+                                                          "brokerName": self.config.brokerName, "brokerId": self.broker_id})
+        except ControlPlaneError as exc:
+            log.info("election request failed (%s); the metadata poll retries", exc)
+            return
+        if reply.get("masterBrokerId") is not None:
+            await self._apply(reply)
+
+    async def _on_role_pushed(self, payload: dict) -> None:
+        if payload.get("masterBrokerId") is not None and payload.get("masterEpoch", 0) > self.master_epoch:
+            await self._apply(payload)
+
+    # --- role changes (§2.1 changeToMaster / changeToSlave) ---------------------------------------
+
+    async def _apply(self, info: dict) -> None:
+        async with self._role_lock:
+            epoch = int(info["masterEpoch"])
+            if epoch <= self.master_epoch:
+                return
+            master_id = int(info["masterBrokerId"])
+            members = set(info.get("syncStateSet") or [])
+            ss_epoch = int(info.get("syncStateSetEpoch", 0))
+            if master_id == self.broker_id:
+                await self._change_to_master(epoch, members, ss_epoch)
+            else:
+                await self._change_to_slave(master_id, info.get("masterAddress"), epoch)
+
+    async def _change_to_master(self, epoch: int, members: set[int], ss_epoch: int) -> None:
+        started = time.monotonic()
+        self.master_epoch = epoch
+        self.sync_state_set_epoch = ss_epoch
+        await self.ha.change_to_master(epoch, members or {self.broker_id})
+        self.master_id, self.master_addr = self.broker_id, self.config.broker_addr
+        self._bump_state_version(epoch)
+        self.link.broker_id = 0
+        self.store.writable = True
+        self.role_known.set()
+        self.state = "RUNNING"
+        log.info("now MASTER of %s at epoch %d (SyncStateSet %s) in %.0f ms", self.config.brokerName, epoch,
+                 sorted(members), (time.monotonic() - started) * 1000)
+        self.link.register_soon()
+
+    async def _change_to_slave(self, master_id: int, master_addr: str | None, epoch: int) -> None:
+        same_master = master_id == self.master_id and self.ha.role.value == "SLAVE"
+        self.master_epoch = epoch
+        self.master_id, self.master_addr = master_id, master_addr
+        self._bump_state_version(epoch)
+        if not same_master:
+            await self.ha.change_to_slave()
+        self.link.broker_id = self.broker_id
+        self.role_known.set()
+        self.state = "RUNNING"
+        log.info("now SLAVE of %s (master %s at %s, epoch %d)", self.config.brokerName, master_id, master_addr, epoch)
+        self.link.register_soon()
+
+    def _bump_state_version(self, epoch: int) -> None:
+        """DataVersion.nextVersion(masterEpoch): the nameserver orders registrations by it (§3.3 step 5)."""
+        self.topics.state_version = epoch
+        self.topics._changed()
+
+    # --- SyncStateSet upkeep (§2.2, master only) --------------------------------------------------
+
+    def _adopt_sync_state_set(self, info: dict) -> None:
+        ss_epoch = int(info.get("syncStateSetEpoch", 0))
+        if ss_epoch > self.sync_state_set_epoch:
+            self.sync_state_set_epoch = ss_epoch
+            self.ha.set_sync_state_set(set(info.get("syncStateSet") or []))
+
+    async def _keep_sync_state_set(self) -> None:
+        period = self.config.checkSyncStateSetPeriod / 1000
+        while True:
+            try:
+                await asyncio.wait_for(self._alter_wanted.wait(), period)
+            except TimeoutError:
+                pass
+            self._alter_wanted.clear()
+            if self.master_id != self.broker_id or not self.role_known.is_set():
+                continue
+            try:
+                await self._maybe_alter()
+            except (ControlPlaneError, OSError, TimeoutError) as exc:
+                log.info("SyncStateSet change not applied (%s); retrying", exc)
+                self.ha.proposed_sync_state_set = None
+                await asyncio.sleep(0.5)
+                self._alter_wanted.set()
+
+    async def _maybe_alter(self) -> None:
+        ha = self.ha
+        current = set(ha.sync_state_set)
+        keep = ha.caught_up_members() & (current | {self.broker_id})
+        connected = {c.slave_id for c in (ha.server.connections if ha.server else ()) if c.slave_id is not None}
+        keep = {m for m in keep if m == self.broker_id or m in connected}
+        joining = {c.slave_id for c in (ha.server.connections if ha.server else ())
+                   if c.slave_id is not None and c.slave_id not in current and not c.async_learner
+                   and c.ack_offset >= self.store.confirm_offset
+                   and c.ack_offset >= (ha.epochs.last_entry().start_offset if ha.epochs.entries else 0)}
+        proposal = keep | joining | {self.broker_id}
+        if proposal == current:
+            return
+        ha.proposed_sync_state_set = proposal  # counted with the old set while in flight (#5663)
+        reply = await self.link.call("alter_sync_state_set", {
+            "clusterName": self.config.brokerClusterName, "brokerName": self.config.brokerName,
+            "masterBrokerId": self.broker_id, "masterEpoch": self.master_epoch, "syncStateSet": sorted(proposal),
+            "syncStateSetEpoch": self.sync_state_set_epoch})
+        self.sync_state_set_epoch = int(reply.get("syncStateSetEpoch", self.sync_state_set_epoch + 1))
+        ha.set_sync_state_set(set(reply.get("syncStateSet") or proposal))
+        log.info("SyncStateSet of %s is now %s (epoch %d)", self.config.brokerName, sorted(ha.sync_state_set),
+                 self.sync_state_set_epoch)
+
+
+def identity_path(root: str | os.PathLike) -> Path:
+    return Path(root) / IDENTITY_FILE

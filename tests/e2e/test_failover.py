@@ -1,0 +1,93 @@
+"""Controller mode with real broker processes, a real control plane and Celery (reference §2.1-2.3,
+seed 004): ids and roles come from the controller; kill -9 of the master elects the slave, which
+takes writes at once (its route changes in the nameserver immediately); with allAckInSyncStateSet
+no acknowledged message is lost; the old master returns as a slave, cuts its divergent tail and
+catches up byte for byte."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from controlplane.models import ApiToken
+from tests.e2e.test_broker_membership import wait_for
+from tests.e2e.test_replication import Replica, send, stop_all
+from tests.procs import celery_worker_and_beat, uvicorn_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+
+
+def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(tmp_path):
+    token = ApiToken.issue("failover-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('failover-admin', 'admin')[1]}"}
+    with uvicorn_server() as base, celery_worker_and_beat():
+        settings = dict(enableControllerMode="true", allAckInSyncStateSet="true", brokerHeartbeatInterval=500,
+                        controllerHeartBeatTimeoutMills=3000, checkSyncStateSetPeriod=1000, syncBrokerMetadataPeriod=1000)
+        replicas = [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
+
+        def info() -> dict:
+            resp = httpx.get(f"{base}/api/v1/controller/groups/group-a/replica-info", headers=admin, timeout=5)
+            return resp.json() if resp.status_code == 200 else {}
+
+        def master_of(state: dict) -> Replica | None:
+            addr = state.get("masterAddress")
+            return next((x for x in replicas if addr and addr.endswith(f":{x.listen_port}")), None)
+
+        try:
+            for x in replicas:
+                x.start()
+            wait_for(lambda: len(info().get("syncStateSet", [])) == 2, 60, "a master with both replicas in sync")
+            before = info()
+            master = master_of(before)
+            slave = next(x for x in replicas if x is not master)
+            assert master is not None and before["masterEpoch"] >= 1
+            wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
+            acked = 1 + send(master.grpc_port, 2000, first=1)[pb.Code.OK]
+            assert slave.log_size() == master.log_size()  # all-ack: acknowledged only once the slave had it
+
+            master.stop(signal.SIGKILL)
+            killed = time.monotonic()
+            wait_for(lambda: send(slave.grpc_port, 1, first=10_000).get(pb.Code.OK) == 1, 30, "the new master")
+            rto = time.monotonic() - killed
+            after = info()
+            assert master_of(after) is slave and after["masterEpoch"] == before["masterEpoch"] + 1
+            route = httpx.get(f"{base}/api/v1/nameserver/routes/Replicated", headers=admin, timeout=5).json()
+            assert route["brokerDatas"][0]["brokerAddrs"] == {"0": f"127.0.0.1:{slave.listen_port}"}
+            print(f"group RTO after kill -9: {rto:.2f} s")
+            acked += 1 + send(slave.grpc_port, 500, first=20_000)[pb.Code.OK]
+            assert slave.log_size() > 0
+
+            master.start()  # the old master returns: a slave now, it catches up with the new master
+            wait_for(lambda: len(info().get("syncStateSet", [])) == 2 and master.log_size() == slave.log_size(), 60,
+                     "the old master back in the SyncStateSet")
+            assert master_of(info()) is slave
+            levels = httpx.get(f"{base}/api/v1/nameserver/water-levels", params={"clusterName": "repl"}, headers=admin,
+                               timeout=5).json()["waterLevels"]
+            roles = {w["brokerId"]: w["role"] for w in levels}
+            assert sorted(roles.values()) == ["SLAVE", "SYNC_MASTER"]
+        finally:
+            stop_all(*replicas)
+        assert master.log_bytes() == slave.log_bytes()
+        stored = sum(1 for _ in iter_messages(slave))
+        assert stored >= acked == 2502
+        check = __import__("subprocess").run(
+            [__import__("sys").executable, "manage.py", "check_controller_invariants"], capture_output=True, text=True,
+            env=__import__("tests.procs", fromlist=["child_env"]).child_env())
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def iter_messages(replica: Replica):
+    from brokers.store.commitlog import CommitLog
+    from brokers.store.message import Message
+
+    log = CommitLog(replica.root / "commitlog", 8 * 1024 * 1024)
+    try:
+        for _, record, _ in log.iter_records():
+            if isinstance(record, Message):
+                yield record
+    finally:
+        log.close()
