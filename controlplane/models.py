@@ -51,3 +51,26 @@ from controlplane.controller.models import (  # noqa: E402,F401
     ReplicaGroup,
     Transition,
 )
+
+
+class OperatorAction(models.Model):
+    """The operator audit log: every action taken from the dashboard or with an admin token (who,
+    what, on which broker, the state before and after, the result). Append-only."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.CharField(max_length=150)  # a user name, or "token:<name>"
+    action = models.CharField(max_length=64, db_index=True)  # e.g. elect_master, isolate, reset_offset
+    cluster_name = models.CharField(max_length=255, blank=True, default="")
+    broker_name = models.CharField(max_length=255, blank=True, default="", db_index=True)
+    broker_id = models.BigIntegerField(null=True, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    before = models.JSONField(default=dict, blank=True)
+    after = models.JSONField(default=dict, blank=True)
+    result = models.CharField(max_length=32)  # "ok", or the error's name
+    detail = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.broker_name} -> {self.result}"

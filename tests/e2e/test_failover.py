@@ -91,3 +91,57 @@ def iter_messages(replica: Replica):
                 yield record
     finally:
         log.close()
+
+
+def test_a_stopped_master_is_replaced_and_rejoins_as_a_slave_cutting_its_divergent_tail(tmp_path):
+    """SIGSTOP of the master longer than its heartbeat timeout: the controller's inactive-master scan
+    elects the slave. Availability first (the defaults: nobody waits for the slave), so the old master
+    may hold messages the new one never got; back with SIGCONT it must become a slave, cut them (seed
+    004 case 1-3/2-3) and copy the new master's log."""
+    token = ApiToken.issue("stop-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('stop-admin', 'admin')[1]}"}
+    with uvicorn_server() as base, celery_worker_and_beat():
+        settings = dict(enableControllerMode="true", brokerHeartbeatInterval=500, controllerHeartBeatTimeoutMills=2000,
+                        checkSyncStateSetPeriod=1000, syncBrokerMetadataPeriod=1000)
+        replicas = [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
+        fast = httpx.patch(f"{base}/api/v1/controller/config", headers=admin, timeout=5,  # docs/failover.md
+                           json={"scanInactiveMasterInterval": 500, "scanNotActiveBrokerInterval": 500})
+        assert fast.status_code == 200, fast.text
+
+        def info() -> dict:
+            resp = httpx.get(f"{base}/api/v1/controller/groups/group-a/replica-info", headers=admin, timeout=5)
+            return resp.json() if resp.status_code == 200 else {}
+
+        def master_of(state: dict) -> Replica | None:
+            addr = state.get("masterAddress")
+            return next((x for x in replicas if addr and addr.endswith(f":{x.listen_port}")), None)
+
+        try:
+            for x in replicas:
+                x.start()
+            wait_for(lambda: len(info().get("syncStateSet", [])) == 2, 60, "a master with both replicas in sync")
+            before = info()
+            old = master_of(before)
+            new = next(x for x in replicas if x is not old)
+            wait_for(lambda: send(old.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
+            send(old.grpc_port, 500, first=1)
+            wait_for(lambda: new.log_size() == old.log_size(), 30, "the slave caught up")
+            import os
+            os.killpg(old.proc.pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            try:
+                wait_for(lambda: master_of(info()) is new, 30, "the election of the slave")
+                wait_for(lambda: send(new.grpc_port, 1, first=10_000).get(pb.Code.OK) == 1, 30, "the new master's writes")
+                rto = time.monotonic() - stopped
+                send(new.grpc_port, 300, first=20_000)
+            finally:
+                os.killpg(old.proc.pid, signal.SIGCONT)
+            print(f"group RTO after SIGSTOP (heartbeat timeout 2 s): {rto:.2f} s")
+            wait_for(lambda: old.log_size() == new.log_size() and len(info().get("syncStateSet", [])) == 2, 60,
+                     "the old master following the new one")
+            assert master_of(info()) is new and info()["masterEpoch"] == before["masterEpoch"] + 1
+            # It refuses sends now (a slave), and its route entry is gone from id 0.
+            assert pb.Code.OK not in send(old.grpc_port, 1, first=30_000)
+        finally:
+            stop_all(*replicas)
+        assert old.log_bytes() == new.log_bytes()
