@@ -38,8 +38,12 @@ class Broker:
         self.ha = HAService(config, self.store)
         self.nameserver.water_levels = self.ha.water_levels
         self.nameserver.on_registered = lambda reply: self.ha.on_master_ha_addr(reply.get("haServerAddr"))
+        self.isolated = False
+        self.nameserver.on_push["isolate"] = self._on_isolate
         self.replicas = (ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics)
                          if config.enableControllerMode else None)
+        if self.replicas is not None:
+            self.replicas.is_isolated = lambda: self.isolated
         self.grpc_server = None
         self.grpc_service = None
 
@@ -67,6 +71,22 @@ class Broker:
             self.grpc_service._persist_offsets()
             await self.grpc_service.close()
         await self.store.shutdown()
+
+    async def _on_isolate(self, payload: dict) -> None:
+        """An operator isolated this broker (or lifted it): stop taking writes, or take them again if
+        this broker's role allows."""
+        self.isolated = bool(payload.get("isolated"))
+        if self.isolated:
+            self.store.writable = False
+            self.store.not_writable_reason = "isolated by an operator"
+            log.warning("isolated by an operator: not taking writes")
+            return
+        if self.store.not_writable_reason == "isolated by an operator":
+            replicas = self.replicas
+            master = self.ha.role.value != "SLAVE" and (replicas is None or replicas.master_id == replicas.broker_id)
+            self.store.writable = master
+            self.store.not_writable_reason = "" if master else "this broker is a SLAVE"
+        log.warning("isolation lifted by an operator")
 
     async def run_until_signalled(self) -> None:
         stop = asyncio.Event()

@@ -22,4 +22,5 @@ def beat_schedule() -> dict:
     if "controller" in settings.CONTROLPLANE_ROLES:
         schedule["controller-scan-inactive-brokers"] = _every_tick("controller.scan_inactive_brokers")
         schedule["controller-scan-inactive-masters"] = _every_tick("controller.scan_inactive_masters")
+    schedule["dashboards-sample-water-levels"] = _every_tick("dashboards.sample_water_levels")
     return schedule

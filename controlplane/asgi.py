@@ -13,12 +13,16 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from controlplane.ws import BrokerConsumer  # noqa: E402
+from dashboards.live import DashboardConsumer  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter([path("ws/broker/", BrokerConsumer.as_asgi())]))
+            AuthMiddlewareStack(URLRouter([
+                path("ws/broker/", BrokerConsumer.as_asgi()),
+                path("ws/dashboard/", DashboardConsumer.as_asgi()),  # session login; live page updates
+            ]))
         ),
     }
 )

@@ -74,3 +74,21 @@ class OperatorAction(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.broker_name} -> {self.result}"
+
+
+class Isolation(models.Model):
+    """A broker an operator isolated: it leaves the routes, is not a candidate in elections, and is
+    told over its websocket to stop taking writes, until an operator lifts it. Keyed by the broker's
+    address (one broker process), which both the nameserver and the controller know."""
+
+    cluster_name = models.CharField(max_length=255)
+    broker_name = models.CharField(max_length=255, db_index=True)
+    broker_addr = models.CharField(max_length=255)
+    by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["cluster_name", "broker_addr"], name="one_isolation_per_broker")]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_name}/{self.broker_name} {self.broker_addr} (by {self.by})"

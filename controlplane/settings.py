@@ -137,6 +137,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Dashboard water-level history (dashboards/sampling.py): one sample per broker this often, kept this long.
+WATER_LEVEL_SAMPLE_SECONDS = float(os.environ.get("WATER_LEVEL_SAMPLE_SECONDS", "5"))
+WATER_LEVEL_RETENTION_HOURS = float(os.environ.get("WATER_LEVEL_RETENTION_HOURS", "24"))
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 
@@ -149,6 +153,11 @@ STATIC_URL = "/static/"
 STATIC_ROOT = DATA_DIR / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every request without it
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "dashboards.staticfinders.PlotlyJsFinder",  # js/plotly.min.js from the installed plotly package
+]
 WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import weakref
 from urllib.parse import parse_qs
 
@@ -28,6 +29,7 @@ from controlplane.controller import api as controller_api
 from controlplane.controller import liveness as ctl_liveness
 from controlplane.errors import ApiError, ResponseCode, error_body
 from controlplane.validation import ADDR_RE, NAME_RE
+from dashboards import live
 from nameserver import liveness, services, water_levels
 from nameserver.serializers import RegisterBrokerSerializer, UnregisterSerializer, parse_water_levels
 from nameserver.views import register_response
@@ -92,6 +94,19 @@ def _without_results(store):
     return flush
 
 
+async def _store_and_publish_water_levels(reports: list) -> list:
+    """Store a batch of reports, then offer them to open dashboards (throttled per replica group)."""
+    await water_levels.store_async(reports)
+    now = int(time.time() * 1000)
+    by_group: dict[str, list[dict]] = {}
+    for r in reports:
+        by_group.setdefault(r.water_levels["brokerName"], []).append(
+            {**r.water_levels, "clusterName": r.cluster_name, "brokerAddr": r.broker_addr, "reportedAtMs": now})
+    for name, group in by_group.items():
+        await live.publish_async("water_levels", name, {"reports": group})
+    return [None] * len(reports)
+
+
 _coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Coalescer]] = weakref.WeakKeyDictionary()
 
 
@@ -102,7 +117,7 @@ def _coalescer(kind: str) -> Coalescer:
         per_loop = _coalescers[loop] = {
             "nameserver": Coalescer(liveness.heartbeat_async),
             "controller": Coalescer(_without_results(ctl_liveness.heartbeat_async)),
-            "water_levels": Coalescer(_without_results(water_levels.store_async)),
+            "water_levels": Coalescer(_store_and_publish_water_levels),
         }
     return per_loop[kind]
 

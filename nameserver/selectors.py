@@ -68,8 +68,11 @@ def _topic_route(topic: str, support_acting_master: bool) -> TopicRouteData | No
     queues = list(TopicQueue.objects.filter(topic=topic).select_related("group"))
     if not queues:
         return None
+    from controlplane.isolation import isolated_addrs  # isolated brokers leave the routes
+
+    isolated = isolated_addrs()
     groups = {
-        r.broker_name: group_value(r, r.members.all())
+        r.broker_name: group_value(r, [m for m in r.members.all() if (r.cluster_name, m.broker_addr) not in isolated])
         for r in BrokerGroup.objects.filter(id__in={q.group_id for q in queues}).prefetch_related("members")
     }
     return pickup_route(

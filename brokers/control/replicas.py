@@ -47,6 +47,7 @@ class ReplicasManager:
         self._role_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
         self._alter_wanted = asyncio.Event()
+        self.is_isolated = lambda: False  # an operator's isolation outlives role changes
         self._fence("fenced: waiting for the controller to assign a role")
         link.may_register = self.role_known.is_set
         link.on_push["notify_broker_role_changed"] = self._on_role_pushed
@@ -230,7 +231,7 @@ class ReplicasManager:
         self.master_id, self.master_addr = self.broker_id, self.config.broker_addr
         self._bump_state_version(epoch)
         self.link.broker_id = 0
-        self.store.writable = True
+        self.store.writable = not self.is_isolated()
         self.role_known.set()
         self.state = "RUNNING"
         log.info("now MASTER of %s at epoch %d (SyncStateSet %s) in %.0f ms", self.config.brokerName, epoch,

@@ -7,6 +7,7 @@ transitions of one broker set take turns, and different sets proceed in parallel
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -16,7 +17,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.codes import ResponseCode as C
+from controlplane.isolation import isolated_addrs
 from controlplane.push import send_frames
+from dashboards.live import publish_state
 
 from . import liveness, selectors
 from .config_store import current_config
@@ -65,9 +68,15 @@ def _locked(broker_name: str) -> tuple[int | None, SyncState | None]:
 
 
 def _live(state: SyncState | None) -> dict[int, LiveInfo]:
+    """The heartbeat view of a set; an isolated replica counts as dead: never a candidate."""
     if state is None:
         return {}
-    return liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids)
+    live = liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids)
+    isolated = {addr for _, addr in isolated_addrs(state.cluster_name)}
+    if isolated:
+        addrs = {r.broker_id: r.broker_address for r in state.replicas}
+        live = {i: dataclasses.replace(info, alive=False) if addrs.get(i) in isolated else info for i, info in live.items()}
+    return live
 
 
 def _store(gid: int, old: SyncState, new: SyncState) -> None:
@@ -191,6 +200,7 @@ def elect_master(broker_name: str, *, broker_id: int | None = None, designate: b
                           requested_by=requested_by, requested_broker_id=broker_id, live=live)
         if decision.code == C.SUCCESS:
             transaction.on_commit(partial(notify_role_changed, decision.new_state, live), robust=True)
+            transaction.on_commit(partial(publish_state, broker_name), robust=True)
     log.info("elect %s by %s: code %s, master %s, epoch %s", broker_name, trigger.value, decision.code,
              decision.new_state.master_broker_id, decision.new_state.master_epoch)
     return Outcome(decision.code, decision.new_state, decision.detail)
@@ -209,6 +219,7 @@ def alter_sync_state_set(broker_name: str, *, master_broker_id: int, master_epoc
             return Outcome(decision.code, state, decision.detail)
         _write_transition(gid, TransitionKind.ALTER, Trigger.BROKER, state, decision.new_state, decision,
                           requested_by=requested_by, requested_broker_id=master_broker_id)
+        transaction.on_commit(partial(publish_state, broker_name), robust=True)
     return Outcome(decision.code, decision.new_state)
 
 

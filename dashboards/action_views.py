@@ -1,0 +1,85 @@
+"""Operator actions as JSON endpoints for the dashboard's buttons: session login, CSRF (Django's
+middleware: the page sends X-CSRFToken), operators only; bad input is a 400 with field errors."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_GET, require_POST
+
+from . import actions
+from .permissions import is_operator
+
+
+def _body(request: HttpRequest) -> dict:
+    try:
+        data = json.loads(request.body or b"{}")
+    except ValueError as exc:
+        raise actions.ActionError("the body must be a JSON object") from exc
+    if not isinstance(data, dict):
+        raise actions.ActionError("the body must be a JSON object")
+    return data
+
+
+def _int_field(data: dict, name: str, *, required: bool) -> int | None:
+    value = data.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise actions.ActionError("invalid input", {name: ["must be a non-negative integer"]})
+    return value
+
+
+def _bool_field(data: dict, name: str) -> bool:
+    value = data.get(name)
+    if not isinstance(value, bool):
+        raise actions.ActionError("invalid input", {name: ["must be true or false"]})
+    return value
+
+
+def _operator_action(handler):
+    @login_required
+    def view(request: HttpRequest, broker_name: str, *args, **kwargs):
+        if not is_operator(request.user):
+            return JsonResponse({"detail": "operators only"}, status=403)
+        try:
+            return JsonResponse(handler(request, broker_name, *args, **kwargs))
+        except actions.ActionError as exc:
+            return JsonResponse({"detail": exc.detail, **({"fields": exc.fields} if exc.fields else {})}, status=exc.status)
+
+    view.__name__ = handler.__name__
+    return view
+
+
+@require_GET
+@ensure_csrf_cookie
+@_operator_action
+def elect_preview(request: HttpRequest, broker_name: str) -> dict:
+    raw = request.GET.get("brokerId", "")
+    if raw and not raw.isdigit():
+        raise actions.ActionError("invalid input", {"brokerId": ["must be a non-negative integer"]})
+    return actions.preview_elect(broker_name, int(raw) if raw else None).as_dict()
+
+
+@require_POST
+@_operator_action
+def elect(request: HttpRequest, broker_name: str) -> dict:
+    data = _body(request)
+    return actions.elect(request.user.get_username(), broker_name, _int_field(data, "brokerId", required=False))
+
+
+@require_POST
+@_operator_action
+def isolate(request: HttpRequest, broker_name: str) -> dict:
+    data = _body(request)
+    broker_id = _int_field(data, "brokerId", required=True)
+    return actions.isolate(request.user.get_username(), broker_name, broker_id, _bool_field(data, "isolated"))
+
+
+@require_POST
+@_operator_action
+def write_perm(request: HttpRequest, broker_name: str) -> dict:
+    return actions.set_write_perm(request.user.get_username(), broker_name, _bool_field(_body(request), "writable"))
