@@ -73,6 +73,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "controlplane.audit.AuditMiddleware",  # operators' REST actions (admin tokens) into the audit log
 ]
 
 ROOT_URLCONF = "controlplane.urls"

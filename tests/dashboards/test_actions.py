@@ -240,3 +240,15 @@ def test_water_levels_are_sampled_for_the_charts(group, settings):
     rows = {r.broker_id: r for r in WaterLevelSample.objects.all()}
     assert (rows[1].max_offset, rows[1].confirm_offset, rows[1].ack_offset) == (900, 800, None)
     assert (rows[2].max_offset, rows[2].ack_offset, rows[2].lag_bytes, rows[2].role) == (800, 800, 100, "SLAVE")
+
+
+def test_operators_rest_calls_with_admin_tokens_are_audited_but_broker_protocol_calls_are_not(group):
+    admin = APIClient()
+    admin.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue('ops-tool', 'admin')[1]}")
+    assert admin.patch(f"{CTL}/config", {"scanInactiveMasterInterval": 800}, format="json").status_code == 200
+    assert admin.post(f"{NS}/brokers/g1/wipe-write-perm", {}, format="json").status_code == 200
+    assert admin.post(f"{CTL}/brokers/heartbeat", heartbeat_body(1), format="json").status_code == 200
+    rows = list(OperatorAction.objects.order_by("id"))
+    assert [r.action for r in rows] == ["PATCH /api/v1/controller/config", "POST /api/v1/nameserver/brokers/g1/wipe-write-perm"]
+    assert rows[0].actor == "token:ops-tool" and rows[0].params == {"scanInactiveMasterInterval": 800} and rows[0].result == "ok"
+    assert not any("heartbeat" in r.action for r in rows)
