@@ -59,7 +59,8 @@ def preview_elect(broker_name: str, broker_id: int | None) -> Preview:
     candidate = live_infos.get(winner) if winner is not None else None
     at_risk = max(0, best - candidate.max_offset) if candidate is not None and candidate.max_offset >= 0 else 0
     unclean = winner is not None and winner not in state.sync_state_set
-    return Preview(winner, at_risk, unclean, decision.detail or ResponseCode(decision.code).name)
+    ok = decision.code == ResponseCode.SUCCESS
+    return Preview(winner, at_risk, unclean, decision.detail or ("" if ok else ResponseCode(decision.code).name))
 
 
 def elect(actor: str, broker_name: str, broker_id: int | None) -> dict:

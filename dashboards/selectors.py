@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from controlplane.controller import liveness as ctl_liveness
 from controlplane.controller import selectors as ctl
 from controlplane.controller.config_store import current_config as controller_config
 from controlplane.controller.models import ReplicaGroup, Transition
@@ -157,14 +158,35 @@ def group_detail(broker_name: str) -> dict | None:
                        for t in transitions if t.kind == "elect" and t.response_code == 0]
     group["elections"] = [{"at": t.created_at, "epoch": t.new_master_epoch, "trigger": t.trigger,
                            "winner": t.new_master_broker_id, "previous": t.old_master_broker_id,
-                           "candidates": t.candidates, "why": t.detail, "requestedBy": t.requested_by,
+                           "candidates": t.candidates, "why": _why(t), "requestedBy": t.requested_by,
                            "code": t.response_code} for t in transitions if t.kind == "elect"]
+    live = ctl_liveness.live_infos(group["clusterName"], broker_name, [m["brokerId"] for m in group["members"]])
+    for m in group["members"]:
+        info = live.get(m["brokerId"])
+        m["electionPriority"] = info.election_priority if info is not None and info.alive else None
     group["syncStateSetJournal"] = [{"at": t.created_at, "epoch": t.new_sync_state_set_epoch,
                                      "syncStateSet": t.new_sync_state_set, "previous": t.old_sync_state_set,
                                      "by": t.requested_by or t.trigger, "kind": t.kind}
                                     for t in transitions if t.new_sync_state_set != t.old_sync_state_set
                                     or t.new_sync_state_set_epoch != t.old_sync_state_set_epoch]
     return group
+
+
+def _why(t: Transition) -> str:
+    """Why the winner won, in words (the rule of reference §1.5-1.6 applied to the recorded candidates)."""
+    if t.response_code != 0:
+        return t.detail or "no replica could be elected"
+    if t.trigger == "operator" and t.requested_broker_id is not None:
+        return f"designated by an operator ({t.requested_by or 'unknown'})"
+    winner = next((c for c in t.candidates if c.get("brokerId") == t.new_master_broker_id), None)
+    if winner is None:
+        return t.detail or "elected"
+    others = [c for c in t.candidates if c is not winner and c.get("alive") and c.get("inSyncStateSet")]
+    basis = (f"alive and in the SyncStateSet; epoch {winner.get('epoch')}, maxOffset {winner.get('maxOffset')}, "
+             f"priority {winner.get('electionPriority')}")
+    if not others:
+        return f"the only eligible replica ({basis})"
+    return f"ranked first among {len(others) + 1} eligible replicas by (epoch, maxOffset, priority, id): {basis}"
 
 
 def group_state(broker_name: str) -> dict | None:
@@ -186,10 +208,14 @@ def water_history(broker_name: str, minutes: int = 15) -> list[dict]:
 
 
 def brokers() -> list[dict]:
+    groups = _groups()
+    reports = _reports_by_group({g["clusterName"] for g in groups})
     rows = []
-    for g in _groups():
+    for g in groups:
+        roles = {r["brokerAddr"]: r["role"] for r in reports.get(g["brokerName"], [])}
         for m in g["members"]:
-            rows.append({"clusterName": g["clusterName"], "brokerName": g["brokerName"], **m})
+            role = roles.get(m["address"]) or ("MASTER" if m.get("nameserverId") == 0 else "SLAVE" if m["alive"] else "")
+            rows.append({"clusterName": g["clusterName"], "brokerName": g["brokerName"], "role": role, **m})
     return rows
 
 

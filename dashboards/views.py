@@ -20,17 +20,10 @@ from django.urls import reverse
 from controlplane.models import OperatorAction
 
 from . import selectors
+from .permissions import is_operator
 
-OPERATORS_GROUP = "operators"
 HISTORY_MINUTES = 15
 AUDIT_PAGE_SIZE = 50
-
-
-def is_operator(user) -> bool:
-    """May take actions: a superuser, or a member of the "operators" group."""
-    if not user.is_authenticated:
-        return False
-    return user.is_superuser or user.groups.filter(name=OPERATORS_GROUP).exists()
 
 
 def _page(request, template: str, context: dict):
@@ -81,6 +74,7 @@ def group(request, broker_name: str):
     # What the page's script needs: where to read history and send actions, and the state it starts from.
     page = {
         "brokerName": broker_name,
+        "controllerManaged": detail.get("controllerManaged", True),
         "historyUrl": reverse("dashboards:water-levels", args=[broker_name]),
         "historyMinutes": HISTORY_MINUTES,
         "state": {key: detail.get(key) for key in
@@ -117,7 +111,15 @@ def brokers(request):
 
 @login_required
 def topics(request):
-    return _page(request, "dashboards/topics.html", {"topics": selectors.topics()})
+    topics = selectors.topics()
+    for topic in topics:
+        # One row per broker set with its queues: the template then never searches a list per row
+        # (a topic spread over 1,000 sets would cost a million lookups).
+        route = topic["route"]
+        if route is not None:
+            queues = {q["brokerName"]: q for q in route["queueDatas"]}
+            topic["rows"] = [{"broker": b, "queue": queues.get(b["brokerName"])} for b in route["brokerDatas"]]
+    return _page(request, "dashboards/topics.html", {"topics": topics})
 
 
 @login_required
