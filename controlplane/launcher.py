@@ -671,7 +671,14 @@ def cmd_demo(port: int) -> int:
         log(f"waiting for {base}/healthz ...")
         wait_healthy(f"{base}/healthz", watched, children)
 
+        brokers = start_demo_brokers(base, token_path, env) if token_path.exists() else []
+        children.extend(brokers)
         print(ready_banner(base, token_path), flush=True)
+        if brokers:
+            grpc = ", ".join(f"{b.name} gRPC 127.0.0.1:{b.grpc_port}" for b in brokers)
+            print(f"  Replica group demo-a (controller mode, all-ack): {grpc}\n"
+                  f"  Topic DemoTopic. Kill a broker (kill -9 <pid>, logs in {display_path(LOG_DIR)}/) to watch a failover.\n",
+                  flush=True)
         while True:
             dead = first_dead(watched)
             if dead is not None:
@@ -683,6 +690,39 @@ def cmd_demo(port: int) -> int:
         _enter_stopping()
         stop_children(children)
         services.stop()
+
+
+DEMO_REPLICAS = int(os.environ.get("DEMO_BROKERS", "3"))
+
+
+def start_demo_brokers(base: str, token_path: Path, env: dict[str, str]) -> list[Child]:
+    """The demo's replica group: DEMO_BROKERS (3; 0 for none) broker processes of group demo-a in
+    controller mode, stores under .data/demo-brokers/, a topic DemoTopic. Not watched: killing one is
+    how to watch a failover."""
+    children = []
+    for i in range(DEMO_REPLICAS):
+        name = f"broker-{chr(ord('a') + i)}"
+        root = DATA_DIR / "demo-brokers" / name
+        (root / "config").mkdir(parents=True, exist_ok=True)
+        topics = root / "config" / "topics.json"
+        if not topics.exists():
+            topics.write_text(json.dumps({"topicConfigTable": {"DemoTopic": {
+                "topicName": "DemoTopic", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicSysFlag": 0}},
+                "dataVersion": {"stateVersion": 0, "counter": 1, "timestamp": 0}}))
+        grpc_port = free_port()
+        conf = root / "broker.conf"
+        conf.write_text("\n".join([
+            "brokerClusterName=DemoCluster", "brokerName=demo-a", f"listenPort={free_port()}",
+            f"haListenPort={free_port()}", f"grpcServerPort={grpc_port}", f"storePathRootDir={root}",
+            f"controlPlaneUrl={base}", f"controlPlaneTokenFile={token_path}", "enableControllerMode=true",
+            "allAckInSyncStateSet=true", "mappedFileSizeCommitLog=67108864", "controllerHeartBeatTimeoutMills=3000",
+        ]) + "\n")
+        child = Child(name, [sys.executable, "-m", "brokers", "-c", str(conf)], LOG_DIR / f"{name}.log")
+        child.grpc_port = grpc_port  # type: ignore[attr-defined]
+        child.start(env)
+        log(f"started {name} (pid {child.proc.pid if child.proc else '?'}, log {display_path(child.log_path)})")
+        children.append(child)
+    return children
 
 
 def cmd_services() -> int:
