@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from pathlib import Path
 
 from .config import BrokerConfig
@@ -18,6 +19,61 @@ from .tasks import cancel_and_wait
 from .topics import TopicConfigManager, system_topics
 
 log = logging.getLogger("brokers")
+
+OFFSET_REPORT_INTERVAL_S = 1.0
+OFFSET_REPORT_MAX_EVENTS = 5000  # per frame (the control plane takes at most 10,000)
+
+
+class OffsetReporter:
+    """Reports consumer-offset commits to the control plane's audit event store (docs/audits.md,
+    issue #8): every second the offsets that changed (source client_commit), and, when this broker
+    starts serving as master at an epoch, its whole table once (master_takeover), so a failover onto
+    stale offsets shows at once and with its exact size. Pending reports are keyed by queue, the
+    latest offset winning: while the control plane is unreachable they stay bounded by the number
+    of queues, and only intermediate values of a queue are lost."""
+
+    def __init__(self, broker: Broker):
+        self.broker = broker
+        self.pending: dict[tuple[str, str, int], tuple[int, str, int]] = {}  # queue -> (offset, source, ms)
+        self._served_epoch: int | None = None
+
+    def committed(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.pending[(group, topic, queue_id)] = (offset, "client_commit", int(time.time() * 1000))
+
+    def _note_takeover(self) -> None:
+        ha, store = self.broker.ha, self.broker.store
+        epoch = ha.epochs.last_epoch()
+        if ha.role.value == "SLAVE" or not store.writable or epoch == self._served_epoch:
+            return
+        self._served_epoch, now = epoch, int(time.time() * 1000)
+        for key, offset in self.broker.grpc_service.offsets.offsets.items():
+            group, topic, queue_id = key.rsplit("@", 2)
+            self.pending[(group, topic, int(queue_id))] = (offset, "master_takeover", now)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(OFFSET_REPORT_INTERVAL_S)
+            self._note_takeover()
+            if not self.pending or not self.broker.nameserver.connected.is_set():
+                continue
+            sending, self.pending = self.pending, {}
+            try:
+                await self._send(sending)
+            except Exception as exc:  # keep what was not sent, unless a newer offset came meanwhile
+                for queue, value in sending.items():
+                    self.pending.setdefault(queue, value)
+                log.info("offset report failed (%s); retrying with the next one", exc)
+
+    async def _send(self, sending: dict[tuple[str, str, int], tuple[int, str, int]]) -> None:
+        c, ha, store = self.broker.config, self.broker.ha, self.broker.store
+        head = {"clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerId": ha.broker_id,
+                "role": ha.role.value, "masterEpoch": ha.epochs.last_epoch()}
+        dv = self.broker.grpc_service.offsets.data_version
+        head["dataVersion"] = {"stateVersion": dv.state_version, "counter": dv.counter, "timestamp": dv.timestamp}
+        events = [{"consumerGroup": g, "topic": t, "queueId": q, "offset": off, "source": src, "timestampMs": ms,
+                   "queueMaxOffset": store.max_queue_offset(t, q)} for (g, t, q), (off, src, ms) in sending.items()]
+        for start in range(0, len(events), OFFSET_REPORT_MAX_EVENTS):
+            await self.broker.nameserver.call("offset_events", {**head, "events": events[start:start + OFFSET_REPORT_MAX_EVENTS]})
 
 
 class Broker:
@@ -46,6 +102,8 @@ class Broker:
             self.replicas.is_isolated = lambda: self.isolated
         self.grpc_server = None
         self.grpc_service = None
+        self.offset_reporter = OffsetReporter(self)
+        self._report_offsets: asyncio.Task | None = None
 
     async def start(self) -> None:
         report = await self.store.start()
@@ -56,6 +114,8 @@ class Broker:
         self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, offsets)
         self._revive = asyncio.get_running_loop().create_task(self.grpc_service.revive_forever(), name="revive")
         self.grpc_service.on_topics_changed = self.nameserver.register_soon
+        self.grpc_service.on_offset_committed = self.offset_reporter.committed
+        self._report_offsets = asyncio.get_running_loop().create_task(self.offset_reporter.run(), name="offset-reports")
         self.nameserver.start()
         if self.replicas is not None:
             self.replicas.start()
@@ -63,6 +123,7 @@ class Broker:
     async def stop(self) -> None:
         if self.replicas is not None:
             await self.replicas.stop()
+        await cancel_and_wait(self._report_offsets)
         await self.nameserver.stop()
         await self.ha.stop()
         if self.grpc_server is not None:

@@ -24,6 +24,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from rest_framework.exceptions import ValidationError
 
+from audits import event_store as audit_event_store
+from audits.events import parse_offset_events
 from controlplane.auth import TokenPrincipal, bearer_token, principal_for
 from controlplane.controller import api as controller_api
 from controlplane.controller import liveness as ctl_liveness
@@ -118,6 +120,7 @@ def _coalescer(kind: str) -> Coalescer:
             "nameserver": Coalescer(liveness.heartbeat_async),
             "controller": Coalescer(_without_results(ctl_liveness.heartbeat_async)),
             "water_levels": Coalescer(_store_and_publish_water_levels),
+            "offset_events": Coalescer(_without_results(audit_event_store.append_async)),  # audits (issue #8)
         }
     return per_loop[kind]
 
@@ -264,8 +267,9 @@ class BrokerConsumer(AsyncWebsocketConsumer):
     async def on_controller_heartbeat(self, payload: dict) -> dict:
         beat = controller_api.heartbeat_beat(payload)
         self._check_cluster(beat.cluster_name)
-        first = beat.member not in self.bound_controller
-        await _coalescer("controller").submit((beat, self.channel_name if first else ""))
+        # Bound on every beat, not only the first: an expired heartbeat drops the binding (forget), and
+        # a broker whose socket stayed open must get role pushes and a socket-close election again.
+        await _coalescer("controller").submit((beat, self.channel_name))
         self.bound_controller.add(beat.member)
         return {"code": 0, "name": "SUCCESS"}
 
@@ -290,6 +294,14 @@ class BrokerConsumer(AsyncWebsocketConsumer):
         return await database_sync_to_async(controller_api.elect)(
             payload, f"token:{self.principal.name}", operator=self.principal.is_admin)
 
+    # --- audits (issue #8): consumer-offset commits for the offset event store --------------------
+
+    async def on_offset_events(self, payload: dict) -> dict:
+        batch = parse_offset_events(payload)
+        self._check_cluster(batch.cluster_name)
+        await _coalescer("offset_events").submit(batch)
+        return {"accepted": len(batch.events)}
+
     HANDLERS = {
         "heartbeat": on_heartbeat,
         "register": on_register,
@@ -302,6 +314,7 @@ class BrokerConsumer(AsyncWebsocketConsumer):
         "elect_master": on_elect_master,
         "alter_sync_state_set": on_alter_sync_state_set,
         "get_replica_info": on_get_replica_info,
+        "offset_events": on_offset_events,
     }
 
     # --- pushes from the control plane ------------------------------------------------------------

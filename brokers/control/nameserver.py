@@ -50,6 +50,8 @@ class NameserverLink:
         self.broker_id = config.brokerId
         self.may_register: Callable[[], bool] = lambda: True
         self.water_levels: Callable[[], dict] | None = None  # replication water levels for heartbeats
+        self.on_connected: Callable[[], None] | None = None  # a (re)connected socket
+        self.on_register_refused: Callable[[str], None] | None = None
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -82,8 +84,10 @@ class NameserverLink:
                     reader = asyncio.create_task(self._read(ws))
                     try:
                         if self.may_register():
-                            await self.register()
+                            await self._register_or_log()
                         self.connected.set()
+                        if self.on_connected is not None:
+                            self.on_connected()
                         backoff = BACKOFF_START_S
                         await self._beat_until_closed(reader)
                     finally:
@@ -112,7 +116,7 @@ class NameserverLink:
             if not self.may_register():
                 continue
             if loop.time() >= next_register or not self.registered_once.is_set():
-                await self.register()
+                await self._register_or_log()
                 next_register = loop.time() + register_s
                 continue
             beat = {"clusterName": self.config.brokerClusterName, "brokerAddr": self.config.broker_addr,
@@ -122,7 +126,7 @@ class NameserverLink:
             reply = await self.call("heartbeat", beat)
             if not reply.get("registered"):
                 log.info("the nameserver forgot this broker; registering again")
-                await self.register()
+                await self._register_or_log()
         await reader  # surfaces why the socket closed
 
     # --- frames -----------------------------------------------------------------------------------
@@ -135,7 +139,10 @@ class NameserverLink:
         fut = asyncio.get_running_loop().create_future()
         self._waiters[seq] = fut
         try:
-            await self._ws.send(json.dumps({"type": kind, "seq": seq, "payload": payload}))
+            try:
+                await self._ws.send(json.dumps({"type": kind, "seq": seq, "payload": payload}))
+            except websockets.ConnectionClosed as exc:
+                raise ControlPlaneError("connection lost") from exc
             frame = await asyncio.wait_for(fut, timeout)
         finally:
             self._waiters.pop(seq, None)
@@ -185,6 +192,18 @@ class NameserverLink:
         task = asyncio.get_running_loop().create_task(attempt(), name="register-soon")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def _register_or_log(self) -> None:
+        """A refused registration (e.g. 2000: a newer master holds id 0) must not drop the socket: the
+        controller calls share it, and they are how a deposed master learns its new role."""
+        try:
+            await self.register()
+        except ControlPlaneError as exc:
+            if "not connected" in str(exc) or "connection lost" in str(exc):
+                raise
+            log.warning("%s", exc)
+            if self.on_register_refused is not None:
+                self.on_register_refused(str(exc))
 
     async def register(self) -> dict:
         c = self.config

@@ -50,6 +50,10 @@ class ReplicasManager:
         self.is_isolated = lambda: False  # an operator's isolation outlives role changes
         self._fence("fenced: waiting for the controller to assign a role")
         link.may_register = self.role_known.is_set
+        self._poll_now = asyncio.Event()
+        self._stopping = False
+        link.on_connected = self._poll_now.set  # after a control-plane restart: learn the role at once
+        link.on_register_refused = lambda _why: self._poll_now.set()  # e.g. a newer master holds id 0
         link.on_push["notify_broker_role_changed"] = self._on_role_pushed
         ha.on_expand = lambda _slave: self._alter_wanted.set()
         ha.on_slave_gone = lambda _slave: self._alter_wanted.set()
@@ -61,6 +65,7 @@ class ReplicasManager:
         self._tasks = [loop.create_task(self._run(), name="replicas-manager")]
 
     async def stop(self) -> None:
+        self._stopping = True  # a broker on its way out takes no role
         await cancel_and_wait(*self._tasks)
 
     def _fence(self, why: str) -> None:
@@ -157,12 +162,24 @@ class ReplicasManager:
 
     async def _heartbeats(self) -> None:
         period = self.config.brokerHeartbeatInterval / 1000
+        timeout = self.config.controllerHeartBeatTimeoutMills / 1000
+        loop = asyncio.get_running_loop()
+        last = loop.time()
         while True:
             await asyncio.sleep(period)
+            if loop.time() - last > timeout:
+                # This process was paused (SIGSTOP, a VM freeze) longer than the heartbeat timeout: the
+                # controller may have elected another master meanwhile. Ask now, not at the next poll.
+                log.warning("paused for %.1f s (> heartbeat timeout); checking the role with the controller",
+                            loop.time() - last)
+                self._poll_now.set()
+            last = loop.time()
             try:
                 await self._heartbeat_once()
             except (ControlPlaneError, OSError, TimeoutError) as exc:
                 log.debug("controller heartbeat failed: %s", exc)
+            except Exception:  # never let the heartbeat task die
+                log.exception("controller heartbeat failed")
 
     async def _sync_metadata(self) -> None:
         """The replica-info poll (§2.1 syncBrokerMetadata); also re-registers with the nameserver
@@ -170,28 +187,44 @@ class ReplicasManager:
         period = self.config.syncBrokerMetadataPeriod / 1000
         next_poll = asyncio.get_running_loop().time() + period
         while True:
-            await asyncio.sleep(0.5)
+            try:
+                await asyncio.wait_for(self._poll_now.wait(), 0.5)
+            except TimeoutError:
+                pass
+            urgent = self._poll_now.is_set()
+            self._poll_now.clear()
             if self.role_known.is_set() and self.ha.role.value == "SLAVE" and not self.ha.master_ha_addr:
                 self.link.register_soon()  # the answer names the master's HA address once it registered
-            if asyncio.get_running_loop().time() < next_poll:
+            if not urgent and asyncio.get_running_loop().time() < next_poll:
                 continue
+            if urgent:
+                try:
+                    await self._heartbeat_once()
+                except (ControlPlaneError, OSError, TimeoutError):
+                    pass
             next_poll = asyncio.get_running_loop().time() + period
             try:
-                info = await self.link.call("get_replica_info", {"brokerName": self.config.brokerName})
-            except ControlPlaneError as exc:
-                if str(METADATA_NOT_EXIST) in str(exc):
-                    await self._retry("re-register to the controller", self._register_to_controller, attempts=3)
-                continue
-            except (OSError, TimeoutError):
-                continue
-            epoch = info.get("masterEpoch", 0)
-            if epoch > self.master_epoch:
-                if info.get("masterBrokerId") is not None:
-                    await self._apply(info)
-                else:
-                    await self._elect()
-            elif epoch == self.master_epoch and self.master_id == self.broker_id:
-                self._adopt_sync_state_set(info)
+                await self._poll_once()
+            except Exception:  # never let the metadata task die
+                log.exception("replica-info poll failed")
+
+    async def _poll_once(self) -> None:
+        try:
+            info = await self.link.call("get_replica_info", {"brokerName": self.config.brokerName})
+        except ControlPlaneError as exc:
+            if str(METADATA_NOT_EXIST) in str(exc):
+                await self._retry("re-register to the controller", self._register_to_controller, attempts=3)
+            return
+        except (OSError, TimeoutError):
+            return
+        epoch = info.get("masterEpoch", 0)
+        if epoch > self.master_epoch:
+            if info.get("masterBrokerId") is not None:
+                await self._apply(info)
+            else:
+                await self._elect()
+        elif epoch == self.master_epoch and self.master_id == self.broker_id:
+            self._adopt_sync_state_set(info)
 
     async def _elect(self) -> None:
         """brokerElect (§2.1): ask the controller to elect, as this broker."""
@@ -211,6 +244,8 @@ class ReplicasManager:
     # --- role changes (§2.1 changeToMaster / changeToSlave) ---------------------------------------
 
     async def _apply(self, info: dict) -> None:
+        if self._stopping:
+            return
         async with self._role_lock:
             epoch = int(info["masterEpoch"])
             if epoch <= self.master_epoch:
@@ -279,8 +314,14 @@ class ReplicasManager:
             except (ControlPlaneError, OSError, TimeoutError) as exc:
                 log.info("SyncStateSet change not applied (%s); retrying", exc)
                 self.ha.proposed_sync_state_set = None
+                if "2002" in str(exc) or "2000" in str(exc):  # not master any more (or a stale epoch)
+                    self._poll_now.set()
                 await asyncio.sleep(0.5)
                 self._alter_wanted.set()
+            except Exception:  # never let the upkeep task die
+                log.exception("SyncStateSet upkeep failed")
+                self.ha.proposed_sync_state_set = None
+                await asyncio.sleep(0.5)
 
     async def _maybe_alter(self) -> None:
         ha = self.ha

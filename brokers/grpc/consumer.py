@@ -52,6 +52,8 @@ class ConsumerSide:
     store: MessageStore
 
     on_topics_changed: Callable[[], None] | None = None  # the broker re-registers with the nameserver
+    # Sees every committed offset change (group, topic, queueId, offset): the audit report (issue #8).
+    on_offset_committed: Callable[[str, str, int, int], None] | None = None
 
     def init_consumer(self, offsets: ConsumerOffsets) -> None:
         self.offsets = offsets
@@ -202,4 +204,6 @@ class ConsumerSide:
         for (group, topic, queue_id), offset in self.pop.committed().items():
             if self.offsets.get(group, topic, queue_id) != offset:
                 self.offsets.commit(group, topic, queue_id, offset)
+                if self.on_offset_committed is not None:
+                    self.on_offset_committed(group, topic, queue_id, offset)
         self.offsets.persist()

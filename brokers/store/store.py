@@ -295,8 +295,9 @@ class MessageStore:
         fut = asyncio.get_running_loop().create_future()
         await self._queue.put((records, fut))
         stored = await fut
-        if gate is not None and need_acks > 1 and stored[-1].status is PutMessageStatus.PUT_OK:
-            # §4.3: wait for replicas; each send waits for its own end offset, and one ack releases
+        if gate is not None and (need_acks > 1 or need_acks < 0) and stored[-1].status is PutMessageStatus.PUT_OK:
+            # §4.3: wait for replicas (needAckNums > 1, or -1: every SyncStateSet member); each send
+            # waits for its own end offset, and one ack releases
             # every send it covers (pipelined, never a round trip per message).
             last = stored[-1]
             status = await gate.wait(last.physical_offset + last.size, need_acks)
