@@ -28,6 +28,7 @@ class Delivery:
     duplicates_never_failed: int  # copies of an id whose every send attempt was acknowledged: a bug
     unacked_but_stored: int  # read back although never acknowledged (a failed attempt that was stored)
     lost_by_node: dict[str, int] = field(default_factory=dict)  # which broker acknowledged the lost ones
+    lost_probes: int = 0  # of the lost: acknowledged by a deposed master the run probed on purpose
 
 
 def check_delivery(acks: Mapping[str, Ack], uncertain: set[str], received: Iterable[Received]) -> Delivery:
@@ -38,7 +39,7 @@ def check_delivery(acks: Mapping[str, Ack], uncertain: set[str], received: Itera
         acked=len(acks), consumed=len(copies), lost=lost, duplicates=sum(dups.values()),
         duplicates_never_failed=sum(n for i, n in dups.items() if i not in uncertain),
         unacked_but_stored=sum(1 for i in copies if i not in acks),
-        lost_by_node=dict(Counter(acks[i].node for i in lost)))
+        lost_by_node=dict(Counter(acks[i].node for i in lost)), lost_probes=sum(1 for i in lost if acks[i].stale_probe))
 
 
 # --- masters per epoch ----------------------------------------------------------------------------

@@ -32,21 +32,21 @@ class Monitor(threading.Thread):
         self.reports: set[tuple[str, str, int]] = set()  # (brokerAddr, role, masterEpoch) ever reported
         self.latest_levels: dict[str, dict] = {}  # brokerAddr -> its latest water-level report
         self.unreachable_s = 0.0  # time the control plane did not answer
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._lock = threading.Lock()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(10)
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             started = time.monotonic()
             try:
                 self.poll()
             except (httpx.HTTPError, ValueError, KeyError):
                 self.unreachable_s += POLL_S
-            self._stop.wait(max(0.0, POLL_S - (time.monotonic() - started)))
+            self._halt.wait(max(0.0, POLL_S - (time.monotonic() - started)))
 
     def poll(self) -> None:
         info = self.api.replica_info(self.broker_name) if self.controller_mode else None

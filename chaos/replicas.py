@@ -67,7 +67,7 @@ class BrokerNode:
         return f"127.0.0.1:{self.ha_port}"
 
     def configure(self, settings: GroupSettings, control_plane_url: str, token: str,
-                  classic_master_ha_addr: str | None = None) -> None:
+                  master_ha_addr: str | None = None) -> None:
         s = settings
         lines = {
             "brokerClusterName": CLUSTER, "brokerName": GROUP, "brokerIP1": "127.0.0.1",
@@ -86,8 +86,8 @@ class BrokerNode:
             lines |= {"brokerId": 0, "brokerRole": "SYNC_MASTER"}
         else:
             lines |= {"brokerId": self.index - 1, "brokerRole": "SLAVE"}
-            if classic_master_ha_addr:
-                lines["haMasterAddress"] = classic_master_ha_addr
+        if master_ha_addr:  # a fixed master HA address (e.g. a fault proxy): only while that master lasts
+            lines["haMasterAddress"] = master_ha_addr
         lines |= s.extra
         self.root.mkdir(parents=True, exist_ok=True)
         self.conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))

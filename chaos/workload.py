@@ -4,6 +4,7 @@ broker is the master now and records every acknowledged message, and a read-back
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import Counter
@@ -19,6 +20,12 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
                    ("grpc.max_reconnect_backoff_ms", 500), ("grpc.enable_retries", 0)]
 RETRY_PAUSE_S = 0.05
+WATCH_S = 0.25  # a send slower than this re-resolves the master every WATCH_S while it waits
+
+
+class MasterChanged(Exception):
+    """A send was still waiting when the control plane named another master: given up (the old
+    master may still store it: the ids count as uncertain)."""
 
 
 @dataclass(frozen=True)
@@ -81,9 +88,24 @@ class Stubs:
             self._channels.clear()
 
 
-def send_batch(stub: rpc.MessagingServiceStub, messages: list[pb.Message], timeout_s: float) -> dict[str, tuple[int, int]]:
-    """SendMessage; returns message id -> (gRPC Code, queue offset). Raises grpc.RpcError."""
-    resp = stub.SendMessage(spb.SendMessageRequest(messages=messages), timeout=timeout_s)
+def send_batch(stub: rpc.MessagingServiceStub, messages: list[pb.Message], timeout_s: float,
+               still_master: Callable[[], bool] | None = None) -> dict[str, tuple[int, int]]:
+    """SendMessage; returns message id -> (gRPC Code, queue offset). Raises grpc.RpcError, or
+    MasterChanged when ``still_master`` (asked every WATCH_S while the send waits) says no: a client
+    that learns of a new master does not sit out its send timeout on a frozen one."""
+    request = spb.SendMessageRequest(messages=messages)
+    if still_master is None:
+        resp = stub.SendMessage(request, timeout=timeout_s)
+    else:
+        call = stub.SendMessage.future(request, timeout=timeout_s)
+        while True:
+            try:
+                resp = call.result(timeout=WATCH_S)
+                break
+            except grpc.FutureTimeoutError:
+                if not still_master():
+                    call.cancel()
+                    raise MasterChanged() from None
     out = {e.message_id: (e.status.code, e.offset) for e in resp.entries}
     for m in messages:  # a refusal of the whole request (e.g. fenced) carries no entries
         out.setdefault(m.system_properties.message_id, (resp.status.code, -1))
@@ -116,17 +138,18 @@ class Producer(threading.Thread):
         self.stubs = Stubs()
         self.error: BaseException | None = None
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._give_up_at: float | None = None
         self._next_id = 0
         self._target: tuple[str, str] | None = None
+        self._in_order: list[Ack] = []  # every ack, by time
 
     # --- control ----------------------------------------------------------------------------------
 
     def stop(self, grace_s: float = 15.0) -> None:
         """Stop taking new messages; a batch not yet acknowledged is retried for ``grace_s`` more."""
         self._give_up_at = time.monotonic() + grace_s
-        self._stop.set()
+        self._halt.set()
         self.join(grace_s + self.send_timeout_s + 5)
         self.stubs.close()
         if self.error is not None:
@@ -142,21 +165,30 @@ class Producer(threading.Thread):
             return dict(self.stats.acks)
 
     def first_ack_after(self, t: float, exclude_node: str | None = None) -> Ack | None:
+        """The first ack after ``t`` (time.monotonic()) by another broker than ``exclude_node``,
+        probes of a deposed master aside."""
         with self._lock:
-            found = [a for a in self.stats.acks.values() if a.at > t and a.node != exclude_node and not a.stale_probe]
-        return min(found, key=lambda a: a.at) if found else None
+            for a in self._in_order[bisect.bisect_right(self._in_order, t, key=lambda a: a.at):]:
+                if a.node != exclude_node and not a.stale_probe:
+                    return a
+        return None
+
+    def _record_ack(self, message_id: str, ack: Ack) -> None:
+        """Under self._lock."""
+        self.stats.acks[message_id] = ack
+        self._in_order.append(ack)
 
     # --- sending ------------------------------------------------------------------------------------
 
     def run(self) -> None:
         try:
             next_at = time.monotonic()
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 self._deliver(self.new_ids(self.batch))
                 next_at = max(next_at + self.batch / self.rate, time.monotonic() - 1.0)
                 delay = next_at - time.monotonic()
                 if delay > 0:
-                    self._stop.wait(delay)
+                    self._halt.wait(delay)
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
 
@@ -175,16 +207,19 @@ class Producer(threading.Thread):
             node, addr = self._target
             try:
                 results = send_batch(self.stubs.get(addr), [message(self.topic, i, self.body_size) for i in pending],
-                                     self.send_timeout_s)
+                                     self.send_timeout_s, lambda: self.resolve() in (self._target, None))
             except grpc.RpcError as exc:
                 self._failed(pending, f"RPC_{exc.code().name}", node)
+                continue
+            except MasterChanged:
+                self._failed(pending, "GAVE_UP_MASTER_CHANGED", node)
                 continue
             now = time.monotonic()
             acked = [i for i in pending if results[i][0] == pb.Code.OK]
             with self._lock:
                 self.stats.requests += 1
                 for i in acked:
-                    self.stats.acks[i] = Ack(node, results[i][1], now)
+                    self._record_ack(i, Ack(node, results[i][1], now))
                 if acked and self.stats.windows and self.stats.windows[-1].end is None:
                     w = self.stats.windows[-1]
                     w.end, w.node_after = now, node
@@ -229,7 +264,7 @@ class Producer(threading.Thread):
                 code, offset = results[i]
                 codes[code_name(code)] += 1
                 if code == pb.Code.OK:
-                    self.stats.acks[i] = Ack(node, offset, now, stale_probe=True)
+                    self._record_ack(i, Ack(node, offset, now, stale_probe=True))
                 else:
                     self.stats.uncertain.add(i)
         return dict(codes)
@@ -242,7 +277,7 @@ class Received:
     queue_offset: int
 
 
-def read_back(addr: str, topic: str, queues: int, group: str = "chaos-verify", idle_polls: int = 2,
+def read_back(addr: str, topic: str, queues: int, group: str = "chaos-verify", idle_polls: int = 1,
               timeout_s: float = 120.0) -> list[Received]:
     """Every message of ``topic`` the broker at ``addr`` serves (up to its confirm offset), read with
     ReceiveMessage queue by queue and acknowledged; a queue is done after ``idle_polls`` empty polls."""
