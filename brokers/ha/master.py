@@ -102,6 +102,8 @@ class MasterConnection:
         self.server.forget(self)
 
     async def _send(self, data: bytes) -> None:
+        if self.writer.is_closing():
+            raise ConnectionResetError("the HA connection is closed")
         self.writer.write(data)
         await asyncio.wait_for(self.writer.drain(), WRITE_TIMEOUT_S)
 
@@ -122,7 +124,7 @@ class MasterConnection:
         self.ack_offset = ack.max_offset
         if self.request_offset < 0:
             self.request_offset = ack.max_offset
-            self._transfer = asyncio.get_running_loop().create_task(self._ship(), name=f"ha-ship-{self.peer}")
+            self._transfer = asyncio.get_running_loop().create_task(self._ship_or_close(), name=f"ha-ship-{self.peer}")
         if not self.async_learner and ack.max_offset >= self.last_master_max and self.last_transfer_ms:
             # §2.2 caught-up tracking
             caught = now_ms() if ack.max_offset >= self.store.max_offset else self.last_transfer_ms
@@ -137,6 +139,17 @@ class MasterConnection:
                 return max(store.min_offset, store.max_offset - store.max_offset % size)
             return store.min_offset
         return max(self.request_offset, store.min_offset)  # below the min: seed 004 case 1-1
+
+    async def _ship_or_close(self) -> None:
+        """Shipping ends only with the connection: a failed write closes it (the slave reconnects)."""
+        try:
+            await self._ship()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.info("shipping to HA slave %s (id %s) stopped (%s: %s); closing", self.peer, self.slave_id,
+                     type(exc).__name__, exc)
+            self.writer.close()
 
     async def _ship(self) -> None:
         timings = self.server.timings

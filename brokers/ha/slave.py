@@ -88,6 +88,8 @@ class HAClient:
                 backoff = REFUSED_RETRY_S
             except (OSError, TimeoutError, asyncio.IncompleteReadError, PacketError, ReplicationError) as exc:
                 log.info("HA link to %s down (%s: %s); reconnecting in %.1f s", addr, type(exc).__name__, exc, backoff)
+            except Exception:  # the link must come back whatever broke it (uvloop raises RuntimeError on a closed socket)
+                log.exception("HA link to %s failed; reconnecting in %.1f s", addr, backoff)
             finally:
                 self.connected_to = None
                 self._writer = None
@@ -98,6 +100,8 @@ class HAClient:
             backoff = min(BACKOFF_MAX_S, backoff * 2) if backoff < REFUSED_RETRY_S else BACKOFF_START_S
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        if writer.is_closing():
+            raise ConnectionResetError("the HA connection is closed")
         writer.write(data)
         await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
 
