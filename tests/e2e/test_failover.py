@@ -29,13 +29,7 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
                         controllerHeartBeatTimeoutMills=3000, checkSyncStateSetPeriod=1000, syncBrokerMetadataPeriod=1000)
         replicas = [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
 
-        def info() -> dict:
-            resp = httpx.get(f"{base}/api/v1/controller/groups/group-a/replica-info", headers=admin, timeout=5)
-            return resp.json() if resp.status_code == 200 else {}
-
-        def master_of(state: dict) -> Replica | None:
-            addr = state.get("masterAddress")
-            return next((x for x in replicas if addr and addr.endswith(f":{x.listen_port}")), None)
+        info, master_of = group_views(base, admin, replicas)
 
         try:
             for x in replicas:
@@ -80,6 +74,20 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
         assert check.returncode == 0, check.stdout + check.stderr
 
 
+def group_views(base: str, admin: dict, replicas: list[Replica]):
+    """The controller's view of group-a over REST, and the replica that is its master."""
+
+    def info() -> dict:
+        resp = httpx.get(f"{base}/api/v1/controller/groups/group-a/replica-info", headers=admin, timeout=5)
+        return resp.json() if resp.status_code == 200 else {}
+
+    def master_of(state: dict) -> Replica | None:
+        addr = state.get("masterAddress")
+        return next((x for x in replicas if addr and addr.endswith(f":{x.listen_port}")), None)
+
+    return info, master_of
+
+
 def iter_messages(replica: Replica):
     from brokers.store.commitlog import CommitLog
     from brokers.store.message import Message
@@ -108,13 +116,7 @@ def test_a_stopped_master_is_replaced_and_rejoins_as_a_slave_cutting_its_diverge
                            json={"scanInactiveMasterInterval": 500, "scanNotActiveBrokerInterval": 500})
         assert fast.status_code == 200, fast.text
 
-        def info() -> dict:
-            resp = httpx.get(f"{base}/api/v1/controller/groups/group-a/replica-info", headers=admin, timeout=5)
-            return resp.json() if resp.status_code == 200 else {}
-
-        def master_of(state: dict) -> Replica | None:
-            addr = state.get("masterAddress")
-            return next((x for x in replicas if addr and addr.endswith(f":{x.listen_port}")), None)
+        info, master_of = group_views(base, admin, replicas)
 
         try:
             for x in replicas:
