@@ -23,4 +23,11 @@ def beat_schedule() -> dict:
         schedule["controller-scan-inactive-brokers"] = _every_tick("controller.scan_inactive_brokers")
         schedule["controller-scan-inactive-masters"] = _every_tick("controller.scan_inactive_masters")
     schedule["dashboards-sample-water-levels"] = _every_tick("dashboards.sample_water_levels")
+    # audits (issue #8): append buffered offset events to the event store; the rollback audit (hourly)
+    schedule["audits-flush-offset-events"] = {"task": "audits.flush_offset_events",
+                                              "schedule": settings.AUDIT_EVENTS_FLUSH_SECONDS,
+                                              "options": {"expires": settings.AUDIT_EVENTS_FLUSH_SECONDS}}
+    schedule["audits-offset-rollback-audit"] = {"task": "audits.run_scheduled_audit",
+                                                "schedule": settings.AUDIT_INTERVAL_SECONDS,
+                                                "options": {"expires": settings.AUDIT_INTERVAL_SECONDS}}
     return schedule

@@ -194,3 +194,19 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# --- audits (issue #8): offset event store, Spark audit job, schedule; docs/audits.md -------------
+INSTALLED_APPS += ["audits"]
+# Where offset events are appended (Parquet, partitioned by date): a folder, or any URI pyarrow and
+# Spark both understand (s3://..., hdfs://...).
+AUDIT_EVENTS_URI = os.environ.get("AUDIT_EVENTS_URI", str(DATA_DIR / "offset-events"))
+AUDIT_EVENTS_FLUSH_SECONDS = float(os.environ.get("AUDIT_EVENTS_FLUSH_SECONDS", "10"))
+AUDIT_EVENTS_BUFFER_MAX_BATCHES = int(os.environ.get("AUDIT_EVENTS_BUFFER_MAX_BATCHES", "200000"))
+AUDIT_INTERVAL_SECONDS = float(os.environ.get("AUDIT_INTERVAL_SECONDS", "3600"))  # Celery beat: hourly
+AUDIT_SPARK_MASTER = os.environ.get("AUDIT_SPARK_MASTER", "local[*]")
+AUDIT_SPARK_CONF = [c for c in os.environ.get("AUDIT_SPARK_CONF", "").split(",") if c]  # "k=v,k=v"
+AUDIT_LOOKBACK_DAYS = int(os.environ.get("AUDIT_LOOKBACK_DAYS", "7"))
+AUDIT_RUN_TIMEOUT_SECONDS = float(os.environ.get("AUDIT_RUN_TIMEOUT_SECONDS", "3600"))
+AUDIT_STALE_RUN_SECONDS = float(os.environ.get("AUDIT_STALE_RUN_SECONDS", "180"))
+# The results page's plotly.min.js comes from dashboards.staticfinders.PlotlyJsFinder (above).
+# --- end audits ----------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from django.http import JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from audits import urls as audits_urls
 from controlplane.errors import json_404, json_500
 
 handler404 = json_404
@@ -24,5 +25,8 @@ urlpatterns = [
     *([path("api/v1/nameserver/", include("nameserver.urls"))] if "nameserver" in settings.CONTROLPLANE_ROLES else []),
     *([path("api/v1/controller/", include("controlplane.controller.urls"))]
       if "controller" in settings.CONTROLPLANE_ROLES else []),
+    # audits (issue #8): offset-rollback audits, REST and the results page
+    path("api/v1/audits/", include((audits_urls.api_urlpatterns, "audits-api"))),
+    path("audits/", include((audits_urls.page_urlpatterns, "audits"))),
     path("", include("dashboards.urls")),
 ]

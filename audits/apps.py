@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class AuditsConfig(AppConfig):
+    name = "audits"
+    verbose_name = "Offset rollback audits"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,160 @@
+"""A broker's batch of consumer-offset commits (docs/websocket.md ``offset_events``, docs/api.md): the
+checks, shared by REST and the websocket, and the batch as rows of the event store.
+
+Checked by hand like the heartbeat's water levels (nameserver.serializers.parse_water_levels): a
+broker sends a batch every second, and DRF serializers cost ~100x more per event. Errors are
+DRF-shaped field errors, e.g. ``{"events": {"3": {"offset": ["must be ..."]}}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from rest_framework import serializers
+
+from controlplane.validation import NAME_RE
+from nameserver.serializers import BrokerRole, _integer, _json_object, _matching
+from spark_jobs.schema import Source
+
+MAX_EVENTS_PER_BATCH = 10_000
+_NAME = _matching(NAME_RE, 127, "only letters, digits and %|_.- are allowed")
+
+
+def _source(value: object) -> str | None:
+    ok = isinstance(value, str) and value in {s.value for s in Source}
+    return None if ok else "must be one of " + ", ".join(s.value for s in Source)
+
+
+def _queue_id(value: object) -> str | None:
+    return None if type(value) is int and 0 <= value <= 65535 else "must be an integer from 0 to 65535"
+
+
+def _role(value: object) -> str | None:
+    return None if isinstance(value, str) and value in BrokerRole.__members__ else "must be one of " + ", ".join(BrokerRole)
+
+
+_HEADER = {
+    "clusterName": _NAME,
+    "brokerName": _NAME,
+    "brokerId": _integer(),
+    "role": _role,
+    "masterEpoch": _integer(-1),  # -1: none yet
+}
+_DATA_VERSION = {"stateVersion": _integer(), "counter": _integer(), "timestamp": _integer()}
+_EVENT = {
+    "consumerGroup": _NAME,
+    "topic": _NAME,
+    "queueId": _queue_id,
+    "offset": _integer(),
+    "source": _source,
+    "timestampMs": _integer(),
+}
+_QUEUE_MAX = _integer()
+
+
+@dataclass(frozen=True)
+class OffsetEvent:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    offset: int
+    source: str
+    ts_ms: int
+    queue_max_offset: int | None
+
+
+@dataclass(frozen=True)
+class OffsetEventBatch:
+    cluster_name: str
+    broker_name: str
+    broker_id: int
+    role: str
+    master_epoch: int
+    data_version: tuple[int, int, int]  # stateVersion, counter, timestamp
+    events: tuple[OffsetEvent, ...]
+
+    def to_json(self) -> str:
+        """Compact form for the Redis buffer (audits.event_store)."""
+        return json.dumps([self.cluster_name, self.broker_name, self.broker_id, self.role, self.master_epoch,
+                           list(self.data_version), [list(e.__dict__.values()) for e in self.events]],
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str) -> OffsetEventBatch:
+        c, b, i, r, e, dv, events = json.loads(raw)
+        return cls(c, b, i, r, e, tuple(dv), tuple(OffsetEvent(*ev) for ev in events))
+
+
+def parse_offset_events(value: object) -> OffsetEventBatch:
+    """A reported batch checked and reduced to the known fields; raises ValidationError with
+    DRF-shaped field errors (unknown fields are dropped)."""
+    if not isinstance(value, dict):
+        raise serializers.ValidationError(["must be a JSON object"])
+    header, errors = _json_object(value, _HEADER)
+    dv = value.get("dataVersion", {"stateVersion": 0, "counter": 0, "timestamp": 0})
+    data_version, dv_errors = _json_object(dv, _DATA_VERSION) if isinstance(dv, dict) else ({}, ["must be a JSON object"])
+    if dv_errors:
+        errors["dataVersion"] = dv_errors
+    raw_events = value.get("events")
+    events: list[OffsetEvent] = []
+    if not isinstance(raw_events, list) or not raw_events:
+        errors["events"] = ["must be a non-empty list"]
+    elif len(raw_events) > MAX_EVENTS_PER_BATCH:
+        errors["events"] = [f"at most {MAX_EVENTS_PER_BATCH} events per batch"]
+    else:
+        event_errors: dict[str, object] = {}
+        for n, raw in enumerate(raw_events):
+            if not isinstance(raw, dict):
+                event_errors[str(n)] = ["must be a JSON object"]
+                continue
+            ev, ev_errors = _json_object(raw, _EVENT)
+            qmax = raw.get("queueMaxOffset")
+            if qmax is not None and (message := _QUEUE_MAX(qmax)) is not None:
+                ev_errors["queueMaxOffset"] = [message]
+            if ev_errors:
+                event_errors[str(n)] = ev_errors
+                continue
+            events.append(OffsetEvent(ev["consumerGroup"], ev["topic"], ev["queueId"], ev["offset"], ev["source"],
+                                      ev["timestampMs"], qmax))
+        if event_errors:
+            errors["events"] = event_errors
+    if errors:
+        raise serializers.ValidationError(errors)
+    return OffsetEventBatch(header["clusterName"], header["brokerName"], header["brokerId"], header["role"],
+                            header["masterEpoch"],
+                            (data_version["stateVersion"], data_version["counter"], data_version["timestamp"]),
+                            tuple(events))
+
+
+OFFSET_EVENTS_SCHEMA = {
+    "type": "object",
+    "required": ["clusterName", "brokerName", "brokerId", "role", "masterEpoch", "events"],
+    "properties": {
+        "clusterName": {"type": "string", "maxLength": 127},
+        "brokerName": {"type": "string", "maxLength": 127},
+        "brokerId": {"type": "integer", "format": "int64", "minimum": 0},
+        "role": {"type": "string", "enum": list(BrokerRole)},
+        "masterEpoch": {"type": "integer", "format": "int64", "minimum": -1},
+        "dataVersion": {"type": "object", "description": "the offset table's DataVersion (reference §5.4); default 0s",
+                        "properties": {k: {"type": "integer", "format": "int64", "minimum": 0} for k in _DATA_VERSION}},
+        "events": {
+            "type": "array", "minItems": 1, "maxItems": MAX_EVENTS_PER_BATCH,
+            "items": {
+                "type": "object",
+                "required": list(_EVENT),
+                "properties": {
+                    "consumerGroup": {"type": "string", "maxLength": 127},
+                    "topic": {"type": "string", "maxLength": 127},
+                    "queueId": {"type": "integer", "minimum": 0, "maximum": 65535},
+                    "offset": {"type": "integer", "format": "int64", "minimum": 0},
+                    "source": {"type": "string", "enum": [s.value for s in Source]},
+                    "timestampMs": {"type": "integer", "format": "int64", "minimum": 0,
+                                    "description": "the broker's clock at the commit, epoch ms"},
+                    "queueMaxOffset": {"type": "integer", "nullable": True, "format": "int64", "minimum": 0,
+                                       "description": "the queue's max offset on the reporting broker, if known"},
+                },
+            },
+        },
+    },
+}

@@ -1,0 +1,106 @@
+"""REST shapes of the audits API (camelCase, as the rest of the API)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.urls import NoReverseMatch, reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from .events import OFFSET_EVENTS_SCHEMA, parse_offset_events
+from .models import AuditRun, Finding
+
+
+@extend_schema_field(OFFSET_EVENTS_SCHEMA)
+class OffsetEventBatchField(serializers.Field):
+    def to_internal_value(self, data):
+        return parse_offset_events(data)
+
+    def to_representation(self, value):
+        return value
+
+
+class OffsetEventsSerializer(serializers.Serializer):
+    """The whole body is the batch (docs/api.md); validated by ``audits.events.parse_offset_events``."""
+
+    def to_internal_value(self, data):
+        return {"batch": parse_offset_events(data)}
+
+
+class AuditRunSerializer(serializers.ModelSerializer):
+    createdAt = serializers.DateTimeField(source="created_at")
+    startedAt = serializers.DateTimeField(source="started_at")
+    finishedAt = serializers.DateTimeField(source="finished_at")
+    heartbeatAt = serializers.DateTimeField(source="heartbeat_at")
+    requestedBy = serializers.CharField(source="requested_by")
+    sparkMaster = serializers.CharField(source="spark_master")
+    eventsUri = serializers.CharField(source="events_uri")
+    lookbackDays = serializers.IntegerField(source="lookback_days")
+    eventsScanned = serializers.IntegerField(source="events_scanned")
+    messagesAgain = serializers.IntegerField(source="messages_again")
+    beyondMaxOffset = serializers.IntegerField(source="beyond_max_offset")
+    explainedByReset = serializers.IntegerField(source="explained_by_reset")
+    sessionSeconds = serializers.FloatField(source="session_seconds")
+    jobSeconds = serializers.FloatField(source="job_seconds")
+
+    class Meta:
+        model = AuditRun
+        fields = ["id", "trigger", "requestedBy", "status", "stage", "progress", "createdAt", "startedAt", "finishedAt",
+                  "heartbeatAt", "sparkMaster", "eventsUri", "lookbackDays", "eventsScanned", "rollbacks",
+                  "messagesAgain", "beyondMaxOffset", "explainedByReset", "sessionSeconds", "jobSeconds", "summary",
+                  "error"]
+        read_only_fields = fields
+
+
+class FindingSerializer(serializers.ModelSerializer):
+    clusterName = serializers.CharField(source="cluster_name")
+    consumerGroup = serializers.CharField(source="consumer_group")
+    brokerName = serializers.CharField(source="broker_name")
+    queueId = serializers.IntegerField(source="queue_id")
+    masterEpoch = serializers.IntegerField(source="master_epoch")
+    brokerId = serializers.IntegerField(source="broker_id")
+    previousBrokerId = serializers.IntegerField(source="previous_broker_id")
+    previousMasterEpoch = serializers.IntegerField(source="previous_master_epoch")
+    previousOffset = serializers.IntegerField(source="previous_offset")
+    previousAt = serializers.DateTimeField(source="previous_at")
+    messagesAgain = serializers.IntegerField(source="messages_again")
+    queueMaxOffset = serializers.IntegerField(source="queue_max_offset")
+    eventCount = serializers.IntegerField(source="event_count")
+    detectedAt = serializers.DateTimeField(source="detected_at")
+    lastSeenAt = serializers.DateTimeField(source="last_seen_at")
+    transitionId = serializers.IntegerField(source="transition_id")
+    operatorInitiated = serializers.BooleanField(source="operator_initiated")
+    replicaGroupUrl = serializers.SerializerMethodField()
+    historyUrl = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Finding
+        fields = ["id", "kind", "cause", "clusterName", "consumerGroup", "topic", "brokerName", "queueId", "masterEpoch",
+                  "brokerId", "role", "source", "previousBrokerId", "previousMasterEpoch", "previousOffset", "previousAt",
+                  "offset", "messagesAgain", "queueMaxOffset", "excess", "eventCount", "detectedAt", "lastSeenAt",
+                  "transitionId", "operatorInitiated", "replicaGroupUrl", "historyUrl"]
+        read_only_fields = fields
+
+    def get_replicaGroupUrl(self, finding: Finding) -> str | None:
+        return replica_group_url(finding.broker_name)
+
+    def get_historyUrl(self, finding: Finding) -> str:
+        return replica_group_history_url(finding.broker_name)
+
+
+def replica_group_url(broker_name: str) -> str | None:
+    """The replica group's dashboard page (its epochs and elections), if this process serves it."""
+    try:
+        return reverse("dashboards:group", args=[broker_name])
+    except NoReverseMatch:
+        return None
+
+
+def replica_group_history_url(broker_name: str) -> str:
+    """The controller's transition history of a replica group (REST): its epochs and elections."""
+    try:
+        base = reverse("controller:history")
+    except NoReverseMatch:  # the controller half is not served by this process (CONTROLPLANE_ROLES)
+        base = "/api/v1/controller/history"
+    return f"{base}?{urlencode({'brokerName': broker_name})}"

@@ -1,0 +1,74 @@
+"""The offset event store's format (docs/audits.md): the contract between the control plane, which
+appends events, and the audit job, which reads them. One row per reported consumer-offset commit,
+Parquet files partitioned by ``event_date`` (UTC date of ``ts_ms``) under the store's URI:
+``<uri>/event_date=2025-01-31/part-<batch id>.parquet``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from enum import StrEnum
+
+
+class Source(StrEnum):
+    """Where a committed offset came from (reference §5.3-§5.4)."""
+
+    CLIENT_COMMIT = "client_commit"  # a consumer's ack/commit on the serving broker
+    SLAVE_SYNC = "slave_sync"  # a slave overwrote its offsets with its master's (syncConsumerOffset)
+    PRE_ONLINE_SYNC = "pre_online_sync"  # a returning master adopted a slave's newer offsets (§5.3 step 3c)
+    OPERATOR_RESET = "operator_reset"  # an operator reset the offset on purpose
+    # Ours: the offsets a broker serves from when it starts serving as master at an epoch (its whole
+    # table, once). A rollback then shows at the moment of the failover, with its exact size, before
+    # any consumer commits on the new master.
+    MASTER_TAKEOVER = "master_takeover"
+
+
+# Sources that say what the serving broker of a replica group holds. A slave's synced copy lags its
+# master's by design; it rolls the group back only once it is served, which shows as MASTER_TAKEOVER
+# or a CLIENT_COMMIT of that broker.
+SERVING_SOURCES = (Source.CLIENT_COMMIT, Source.PRE_ONLINE_SYNC, Source.OPERATOR_RESET, Source.MASTER_TAKEOVER)
+
+
+class Cause(StrEnum):
+    FAILOVER_STALE_REPLICA = "failover_stale_replica"  # a clean election of a replica whose offsets lagged
+    FORMER_MASTER_WITHOUT_PRE_ONLINE = "former_master_without_pre_online_sync"  # seed 000 §"reverse synchronization"
+    UNCLEAN_ELECTION = "unclean_election"  # a replica outside the SyncStateSet was elected
+    UNKNOWN = "unknown"
+
+
+def queue_key(consumer_group: str, topic: str, broker_name: str, queue_id: int) -> int:
+    """A 64-bit key of the queue (group, topic, brokerName, queueId), stored with every event so the
+    audit sorts on one long instead of three strings. A collision can only hide a rollback, never
+    invent one (the job compares the names too); for a million queues its odds are ~3e-8."""
+    raw = f"{consumer_group}\x1f{topic}\x1f{broker_name}\x1f{queue_id}".encode()
+    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big", signed=True)
+
+
+# (column, Arrow type name). Order is the files' column order.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("queue_key", "int64"),  # queue_key(consumer_group, topic, broker_name, queue_id)
+    ("cluster_name", "string"),
+    ("broker_name", "string"),
+    ("broker_id", "int64"),
+    ("role", "string"),
+    ("master_epoch", "int64"),
+    ("consumer_group", "string"),
+    ("topic", "string"),
+    ("queue_id", "int32"),
+    ("offset", "int64"),
+    ("queue_max_offset", "int64"),  # null when the reporter does not know it
+    ("source", "string"),
+    ("ts_ms", "int64"),  # the broker's clock when the offset was committed
+    ("dv_state_version", "int64"),
+    ("dv_counter", "int64"),
+    ("dv_timestamp", "int64"),
+    ("received_ms", "int64"),  # the control plane's clock when the batch arrived
+)
+PARTITION_COLUMN = "event_date"
+NULLABLE = frozenset({"queue_max_offset"})
+
+
+def arrow_schema():
+    import pyarrow as pa
+
+    return pa.schema([pa.field(name, getattr(pa, kind)(), nullable=name in NULLABLE) for name, kind in COLUMNS])
