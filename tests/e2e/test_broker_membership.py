@@ -47,7 +47,8 @@ def test_broker_membership_topics_and_kill_9(tmp_path):
         conf = tmp_path / "broker.conf"
         conf.write_text("\n".join([
             "brokerClusterName=e2e", "brokerName=broker-a", "brokerId=0", f"listenPort={port}",
-            f"haListenPort={port + 1}", f"storePathRootDir={tmp_path / 'store'}", f"controlPlaneUrl={base}",
+            f"haListenPort={free_port()}", f"grpcServerPort={free_port()}", f"storePathRootDir={tmp_path / 'store'}",
+            f"controlPlaneUrl={base}",
             f"controlPlaneToken={broker_token}", "mappedFileSizeCommitLog=65536", "brokerHeartbeatInterval=200",
         ]))
         addr = f"127.0.0.1:{port}"
