@@ -36,13 +36,16 @@ CHUNK_BATCHES = 20_000  # batches per Parquet file written by one flush
 LOCK_TTL_MS = 300_000
 
 # KEYS: the buffer. ARGV: max batches, batch JSON... Each item is stamped "<Redis ms> <json>".
-_APPEND = LUA_NOW_MS + """
+_APPEND = (
+    LUA_NOW_MS
+    + """
 local n = #ARGV - 1
 if redis.call('LLEN', KEYS[1]) + n > tonumber(ARGV[1]) then return -1 end
 local items = {}
 for i = 2, #ARGV do items[#items + 1] = now .. ' ' .. ARGV[i] end
 return redis.call('RPUSH', KEYS[1], unpack(items))
 """
+)
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
@@ -55,8 +58,11 @@ def _flushing_prefix() -> str:
 
 
 def _buffer_full() -> ApiError:
-    return ApiError(ResponseCode.SYSTEM_BUSY, "the offset event buffer is full; report again later",
-                    http_status=status.HTTP_429_TOO_MANY_REQUESTS)
+    return ApiError(
+        ResponseCode.SYSTEM_BUSY,
+        "the offset event buffer is full; report again later",
+        http_status=status.HTTP_429_TOO_MANY_REQUESTS,
+    )
 
 
 def _append_args(batches: Sequence[OffsetEventBatch]) -> list:
@@ -74,7 +80,7 @@ async def append_async(batches: Sequence[OffsetEventBatch]) -> None:
 
 
 def pending_batches() -> list[tuple[int, OffsetEventBatch]]:
-    """What the buffer holds now, oldest first, as (received ms, batch): for tests and the page."""
+    """What the buffer holds now, oldest first, as (received ms, batch): for tests and inspection."""
     return [_decode(item) for item in sync_client().lrange(buffer_key(), 0, -1)]
 
 
@@ -104,9 +110,23 @@ def rows_by_date(items: Iterable[tuple[int, OffsetEventBatch]]) -> dict[str, dic
         for e in b.events:
             cols = out[datetime.fromtimestamp(e.ts_ms / 1000, tz=UTC).date().isoformat()]
             key = queue_key(e.consumer_group, e.topic, b.broker_name, e.queue_id)
-            for name, value in zip(names, (key, *head, e.consumer_group, e.topic, e.queue_id, e.offset,
-                                           e.queue_max_offset, e.source, e.ts_ms, *b.data_version, received_ms),
-                                   strict=True):
+            for name, value in zip(
+                names,
+                (
+                    key,
+                    *head,
+                    e.consumer_group,
+                    e.topic,
+                    e.queue_id,
+                    e.offset,
+                    e.queue_max_offset,
+                    e.source,
+                    e.ts_ms,
+                    *b.data_version,
+                    received_ms,
+                ),
+                strict=True,
+            ):
                 cols[name].append(value)
     return out
 

@@ -76,9 +76,18 @@ class OffsetEventBatch:
 
     def to_json(self) -> str:
         """Compact form for the Redis buffer (audits.event_store)."""
-        return json.dumps([self.cluster_name, self.broker_name, self.broker_id, self.role, self.master_epoch,
-                           list(self.data_version), [list(e.__dict__.values()) for e in self.events]],
-                          separators=(",", ":"))
+        return json.dumps(
+            [
+                self.cluster_name,
+                self.broker_name,
+                self.broker_id,
+                self.role,
+                self.master_epoch,
+                list(self.data_version),
+                [list(e.__dict__.values()) for e in self.events],
+            ],
+            separators=(",", ":"),
+        )
 
     @classmethod
     def from_json(cls, raw: str) -> OffsetEventBatch:
@@ -115,16 +124,22 @@ def parse_offset_events(value: object) -> OffsetEventBatch:
             if ev_errors:
                 event_errors[str(n)] = ev_errors
                 continue
-            events.append(OffsetEvent(ev["consumerGroup"], ev["topic"], ev["queueId"], ev["offset"], ev["source"],
-                                      ev["timestampMs"], qmax))
+            events.append(
+                OffsetEvent(ev["consumerGroup"], ev["topic"], ev["queueId"], ev["offset"], ev["source"], ev["timestampMs"], qmax)
+            )
         if event_errors:
             errors["events"] = event_errors
     if errors:
         raise serializers.ValidationError(errors)
-    return OffsetEventBatch(header["clusterName"], header["brokerName"], header["brokerId"], header["role"],
-                            header["masterEpoch"],
-                            (data_version["stateVersion"], data_version["counter"], data_version["timestamp"]),
-                            tuple(events))
+    return OffsetEventBatch(
+        header["clusterName"],
+        header["brokerName"],
+        header["brokerId"],
+        header["role"],
+        header["masterEpoch"],
+        (data_version["stateVersion"], data_version["counter"], data_version["timestamp"]),
+        tuple(events),
+    )
 
 
 OFFSET_EVENTS_SCHEMA = {
@@ -136,10 +151,15 @@ OFFSET_EVENTS_SCHEMA = {
         "brokerId": {"type": "integer", "format": "int64", "minimum": 0},
         "role": {"type": "string", "enum": list(BrokerRole)},
         "masterEpoch": {"type": "integer", "format": "int64", "minimum": -1},
-        "dataVersion": {"type": "object", "description": "the offset table's DataVersion (reference §5.4); default 0s",
-                        "properties": {k: {"type": "integer", "format": "int64", "minimum": 0} for k in _DATA_VERSION}},
+        "dataVersion": {
+            "type": "object",
+            "description": "the offset table's DataVersion (reference §5.4); default 0s",
+            "properties": {k: {"type": "integer", "format": "int64", "minimum": 0} for k in _DATA_VERSION},
+        },
         "events": {
-            "type": "array", "minItems": 1, "maxItems": MAX_EVENTS_PER_BATCH,
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_EVENTS_PER_BATCH,
             "items": {
                 "type": "object",
                 "required": list(_EVENT),
@@ -149,10 +169,19 @@ OFFSET_EVENTS_SCHEMA = {
                     "queueId": {"type": "integer", "minimum": 0, "maximum": 65535},
                     "offset": {"type": "integer", "format": "int64", "minimum": 0},
                     "source": {"type": "string", "enum": [s.value for s in Source]},
-                    "timestampMs": {"type": "integer", "format": "int64", "minimum": 0,
-                                    "description": "the broker's clock at the commit, epoch ms"},
-                    "queueMaxOffset": {"type": "integer", "nullable": True, "format": "int64", "minimum": 0,
-                                       "description": "the queue's max offset on the reporting broker, if known"},
+                    "timestampMs": {
+                        "type": "integer",
+                        "format": "int64",
+                        "minimum": 0,
+                        "description": "the broker's clock at the commit, epoch ms",
+                    },
+                    "queueMaxOffset": {
+                        "type": "integer",
+                        "nullable": True,
+                        "format": "int64",
+                        "minimum": 0,
+                        "description": "the queue's max offset on the reporting broker, if known",
+                    },
                 },
             },
         },

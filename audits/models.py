@@ -62,10 +62,12 @@ class AuditRun(models.Model):
             models.CheckConstraint(
                 condition=(Q(status__in=ACTIVE_STATUSES) & Q(active=True))
                 | (~Q(status__in=ACTIVE_STATUSES) & Q(active__isnull=True)),
-                name="audit_active_iff_queued_or_running"),
-            models.CheckConstraint(condition=Q(finished_at__isnull=True) | Q(status__in=[RunStatus.SUCCEEDED,
-                                                                                          RunStatus.FAILED]),
-                                   name="audit_finished_only_when_done"),
+                name="audit_active_iff_queued_or_running",
+            ),
+            models.CheckConstraint(
+                condition=Q(finished_at__isnull=True) | Q(status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED]),
+                name="audit_finished_only_when_done",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -84,8 +86,7 @@ class FindingKind(models.TextChoices):
 class Finding(models.Model):
     run = models.ForeignKey(AuditRun, on_delete=models.CASCADE, related_name="findings")
     kind = models.CharField(max_length=24, choices=FindingKind.choices)
-    cause = models.CharField(max_length=48, choices=[(c.value, c.value.replace("_", " ")) for c in Cause], null=True,
-                             blank=True)
+    cause = models.CharField(max_length=48, choices=[(c.value, c.value.replace("_", " ")) for c in Cause], null=True, blank=True)
     cluster_name = models.CharField(max_length=255, blank=True, default="")
     consumer_group = models.CharField(max_length=255, db_index=True)
     topic = models.CharField(max_length=255)
@@ -106,8 +107,7 @@ class Finding(models.Model):
     event_count = models.IntegerField(default=1)
     detected_at = models.DateTimeField(db_index=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
-    transition = models.ForeignKey("controlplane.Transition", null=True, blank=True, on_delete=models.PROTECT,
-                                   related_name="+")
+    transition = models.ForeignKey("controlplane.Transition", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     operator_initiated = models.BooleanField(default=False)  # the election was an operator's switch-over
 
     class Meta:
@@ -117,9 +117,9 @@ class Finding(models.Model):
             models.CheckConstraint(condition=Q(messages_again__gte=0), name="finding_messages_again_not_negative"),
             models.CheckConstraint(
                 condition=(Q(kind=FindingKind.ROLLBACK) & Q(cause__isnull=False) & Q(previous_offset__gt=models.F("offset")))
-                | (Q(kind=FindingKind.BEYOND_MAX_OFFSET) & Q(cause__isnull=True)
-                   & Q(offset__gt=models.F("queue_max_offset"))),
-                name="finding_kind_consistent"),
+                | (Q(kind=FindingKind.BEYOND_MAX_OFFSET) & Q(cause__isnull=True) & Q(offset__gt=models.F("queue_max_offset"))),
+                name="finding_kind_consistent",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -28,8 +28,9 @@ def latest_finished_run() -> AuditRun | None:
     return AuditRun.objects.filter(status=RunStatus.SUCCEEDED).first()
 
 
-def findings(audit_run: AuditRun, *, kind: str | None = None, cause: str | None = None,
-             limit: int | None = None) -> QuerySet[Finding]:
+def findings(
+    audit_run: AuditRun, *, kind: str | None = None, cause: str | None = None, limit: int | None = None
+) -> QuerySet[Finding]:
     qs = Finding.objects.filter(run=audit_run)
     if kind:
         qs = qs.filter(kind=kind)
@@ -42,8 +43,12 @@ def chart_series(audit_run: AuditRun, top_groups: int = 10) -> dict:
     """Plotly-ready series: rollbacks per hour by cause, messages consumed again per hour by cause,
     and the consumer groups with the most messages consumed again."""
     rollbacks = Finding.objects.filter(run=audit_run, kind=FindingKind.ROLLBACK)
-    per_hour = (rollbacks.annotate(hour=TruncHour("detected_at")).values("hour", "cause")
-                .annotate(n=Count("id"), again=Sum("messages_again")).order_by("hour"))
+    per_hour = (
+        rollbacks.annotate(hour=TruncHour("detected_at"))
+        .values("hour", "cause")
+        .annotate(n=Count("id"), again=Sum("messages_again"))
+        .order_by("hour")
+    )
     hours = sorted({row["hour"] for row in per_hour})
     count: dict[str, dict] = defaultdict(dict)
     again: dict[str, dict] = defaultdict(dict)
@@ -52,11 +57,17 @@ def chart_series(audit_run: AuditRun, top_groups: int = 10) -> dict:
         again[row["cause"]][row["hour"]] = row["again"] or 0
     x = [h.isoformat() for h in hours]
     causes = [c.value for c in Cause if c.value in count]
-    groups = list(rollbacks.values("consumer_group").annotate(again=Sum("messages_again"), n=Count("id"))
-                  .order_by("-again", "consumer_group")[:top_groups])
+    groups = list(
+        rollbacks.values("consumer_group")
+        .annotate(again=Sum("messages_again"), n=Count("id"))
+        .order_by("-again", "consumer_group")[:top_groups]
+    )
     return {
         "rollbacksOverTime": [{"name": c, "x": x, "y": [count[c].get(h, 0) for h in hours]} for c in causes],
         "messagesAgainOverTime": [{"name": c, "x": x, "y": [again[c].get(h, 0) for h in hours]} for c in causes],
-        "topGroups": {"groups": [g["consumer_group"] for g in groups], "messagesAgain": [g["again"] for g in groups],
-                      "rollbacks": [g["n"] for g in groups]},
+        "topGroups": {
+            "groups": [g["consumer_group"] for g in groups],
+            "messagesAgain": [g["again"] for g in groups],
+            "rollbacks": [g["n"] for g in groups],
+        },
     }

@@ -5,27 +5,9 @@ from __future__ import annotations
 from urllib.parse import urlencode
 
 from django.urls import NoReverseMatch, reverse
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .events import OFFSET_EVENTS_SCHEMA, parse_offset_events
 from .models import AuditRun, Finding
-
-
-@extend_schema_field(OFFSET_EVENTS_SCHEMA)
-class OffsetEventBatchField(serializers.Field):
-    def to_internal_value(self, data):
-        return parse_offset_events(data)
-
-    def to_representation(self, value):
-        return value
-
-
-class OffsetEventsSerializer(serializers.Serializer):
-    """The whole body is the batch (docs/api.md); validated by ``audits.events.parse_offset_events``."""
-
-    def to_internal_value(self, data):
-        return {"batch": parse_offset_events(data)}
 
 
 class AuditRunSerializer(serializers.ModelSerializer):
@@ -46,10 +28,30 @@ class AuditRunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AuditRun
-        fields = ["id", "trigger", "requestedBy", "status", "stage", "progress", "createdAt", "startedAt", "finishedAt",
-                  "heartbeatAt", "sparkMaster", "eventsUri", "lookbackDays", "eventsScanned", "rollbacks",
-                  "messagesAgain", "beyondMaxOffset", "explainedByReset", "sessionSeconds", "jobSeconds", "summary",
-                  "error"]
+        fields = [
+            "id",
+            "trigger",
+            "requestedBy",
+            "status",
+            "stage",
+            "progress",
+            "createdAt",
+            "startedAt",
+            "finishedAt",
+            "heartbeatAt",
+            "sparkMaster",
+            "eventsUri",
+            "lookbackDays",
+            "eventsScanned",
+            "rollbacks",
+            "messagesAgain",
+            "beyondMaxOffset",
+            "explainedByReset",
+            "sessionSeconds",
+            "jobSeconds",
+            "summary",
+            "error",
+        ]
         read_only_fields = fields
 
 
@@ -76,10 +78,35 @@ class FindingSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Finding
-        fields = ["id", "kind", "cause", "clusterName", "consumerGroup", "topic", "brokerName", "queueId", "masterEpoch",
-                  "brokerId", "role", "source", "previousBrokerId", "previousMasterEpoch", "previousOffset", "previousAt",
-                  "offset", "messagesAgain", "queueMaxOffset", "excess", "eventCount", "detectedAt", "lastSeenAt",
-                  "transitionId", "operatorInitiated", "replicaGroupUrl", "historyUrl"]
+        fields = [
+            "id",
+            "kind",
+            "cause",
+            "clusterName",
+            "consumerGroup",
+            "topic",
+            "brokerName",
+            "queueId",
+            "masterEpoch",
+            "brokerId",
+            "role",
+            "source",
+            "previousBrokerId",
+            "previousMasterEpoch",
+            "previousOffset",
+            "previousAt",
+            "offset",
+            "messagesAgain",
+            "queueMaxOffset",
+            "excess",
+            "eventCount",
+            "detectedAt",
+            "lastSeenAt",
+            "transitionId",
+            "operatorInitiated",
+            "replicaGroupUrl",
+            "historyUrl",
+        ]
         read_only_fields = fields
 
     def get_replicaGroupUrl(self, finding: Finding) -> str | None:

@@ -35,15 +35,19 @@ PAGE_FINDINGS = 500
 class OffsetEventsView(APIView):
     permission_classes = [IsBroker]
 
-    @extend_schema(operation_id="reportOffsetEvents", request={"application/json": OFFSET_EVENTS_SCHEMA},
-                   responses={202: OpenApiTypes.OBJECT},
-                   description="A broker's batch of consumer-offset commits for the event store (docs/audits.md). "
-                               "400 + 29 with field errors; 429 + 2 when the buffer is full.")
+    @extend_schema(
+        operation_id="reportOffsetEvents",
+        request={"application/json": OFFSET_EVENTS_SCHEMA},
+        responses={202: OpenApiTypes.OBJECT},
+        description="A broker's batch of consumer-offset commits for the event store (docs/audits.md). "
+        "400 + 29 with field errors; 429 + 2 when the buffer is full.",
+    )
     def post(self, request):
         batch = parse_offset_events(request.data)
         if not request.auth.allows_cluster(batch.cluster_name):
-            raise ApiError(ResponseCode.NO_PERMISSION, f"this token may not act on cluster {batch.cluster_name}",
-                           status.HTTP_403_FORBIDDEN)
+            raise ApiError(
+                ResponseCode.NO_PERMISSION, f"this token may not act on cluster {batch.cluster_name}", status.HTTP_403_FORBIDDEN
+            )
         return Response({"accepted": services.report_offset_events(batch)}, status=status.HTTP_202_ACCEPTED)
 
 
@@ -55,18 +59,27 @@ class RunsView(APIView):
     def get_permissions(self):
         return [IsAdmin()] if self.request.method == "POST" else [HasReadAccess()]
 
-    @extend_schema(operation_id="listAuditRuns", parameters=[OpenApiParameter("limit", int)],
-                   responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        operation_id="listAuditRuns", parameters=[OpenApiParameter("limit", int)], responses={200: OpenApiTypes.OBJECT}
+    )
     def get(self, request):
         query = _ListQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
         active = selectors.active_run()
-        return Response({"runs": AuditRunSerializer(selectors.runs(query.validated_data["limit"]), many=True).data,
-                         "activeRunId": active.pk if active else None})
+        return Response(
+            {
+                "runs": AuditRunSerializer(selectors.runs(query.validated_data["limit"]), many=True).data,
+                "activeRunId": active.pk if active else None,
+            }
+        )
 
-    @extend_schema(operation_id="startAuditRun", request=None, responses={202: AuditRunSerializer},
-                   description="Queue an offset-rollback audit (admin). 409 + 2 with the active run when one is "
-                               "queued or running. Written to the operator audit log.")
+    @extend_schema(
+        operation_id="startAuditRun",
+        request=None,
+        responses={202: AuditRunSerializer},
+        description="Queue an offset-rollback audit (admin). 409 + 2 with the active run when one is "
+        "queued or running. Written to the operator audit log.",
+    )
     def post(self, request):
         trigger = RunTrigger.API if isinstance(request.auth, TokenPrincipal) else RunTrigger.OPERATOR
         run, created = services.start_run(trigger, who(request))
@@ -79,8 +92,11 @@ class RunsView(APIView):
 class RunView(APIView):
     permission_classes = [HasReadAccess]
 
-    @extend_schema(operation_id="getAuditRun", responses={200: AuditRunSerializer},
-                   description="One run with its progress (stage, 0..1) while it runs and its summary after.")
+    @extend_schema(
+        operation_id="getAuditRun",
+        responses={200: AuditRunSerializer},
+        description="One run with its progress (stage, 0..1) while it runs and its summary after.",
+    )
     def get(self, request, run_id: int):
         run = selectors.run(run_id)
         if run is None:
@@ -89,8 +105,7 @@ class RunView(APIView):
 
 
 class _FindingsQuery(serializers.Serializer):
-    run = serializers.RegexField(r"^(latest|\d{1,18})$", default="latest",
-                                 error_messages={"invalid": "a run id or 'latest'"})
+    run = serializers.RegexField(r"^(latest|\d{1,18})$", default="latest", error_messages={"invalid": "a run id or 'latest'"})
     kind = serializers.ChoiceField(choices=FindingKind.choices, required=False)
     cause = serializers.ChoiceField(choices=[c.value for c in Cause], required=False)
     limit = serializers.IntegerField(min_value=1, max_value=10_000, default=1000)
@@ -99,11 +114,16 @@ class _FindingsQuery(serializers.Serializer):
 class FindingsView(APIView):
     permission_classes = [HasReadAccess]
 
-    @extend_schema(operation_id="listAuditFindings", parameters=[
-        OpenApiParameter("run", str, description="a run id, or 'latest' (the latest succeeded run; default)"),
-        OpenApiParameter("kind", str, enum=list(FindingKind.values)),
-        OpenApiParameter("cause", str, enum=[c.value for c in Cause]), OpenApiParameter("limit", int)],
-        responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(
+        operation_id="listAuditFindings",
+        parameters=[
+            OpenApiParameter("run", str, description="a run id, or 'latest' (the latest succeeded run; default)"),
+            OpenApiParameter("kind", str, enum=list(FindingKind.values)),
+            OpenApiParameter("cause", str, enum=[c.value for c in Cause]),
+            OpenApiParameter("limit", int),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )
     def get(self, request):
         query = _FindingsQuery(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -125,11 +145,19 @@ def results(request):
     rows = list(selectors.findings(run, limit=PAGE_FINDINGS)) if run else []
     for f in rows:
         f.group_url = replica_group_url(f.broker_name) or replica_group_history_url(f.broker_name)
-    return render(request, "audits/results.html", {
-        "run": run, "active": selectors.active_run(), "runs": selectors.runs(10), "findings": rows,
-        "charts": selectors.chart_series(run) if run else None, "is_operator": is_operator(request.user),
-        "page_limit": PAGE_FINDINGS,
-    })
+    return render(
+        request,
+        "audits/results.html",
+        {
+            "run": run,
+            "active": selectors.active_run(),
+            "runs": selectors.runs(10),
+            "findings": rows,
+            "charts": selectors.chart_series(run) if run else None,
+            "is_operator": is_operator(request.user),
+            "page_limit": PAGE_FINDINGS,
+        },
+    )
 
 
 @login_required

@@ -64,10 +64,18 @@ def generate(folder: Path, events: int, t0_ms: int) -> int:
         "role": pa.array(["SYNC_MASTER", "SLAVE"]),
     }
     schema = arrow_schema()
-    queue_keys = np.array([queue_key(f"group-{k // (TOPICS * BROKERS * QUEUES):03d}",
-                                     f"topic-{k % (TOPICS * BROKERS * QUEUES) // (BROKERS * QUEUES):02d}",
-                                     f"broker-{k % (BROKERS * QUEUES) // QUEUES}", k % QUEUES) for k in range(KEYS)],
-                          dtype=np.int64)
+    queue_keys = np.array(
+        [
+            queue_key(
+                f"group-{k // (TOPICS * BROKERS * QUEUES):03d}",
+                f"topic-{k % (TOPICS * BROKERS * QUEUES) // (BROKERS * QUEUES):02d}",
+                f"broker-{k % (BROKERS * QUEUES) // QUEUES}",
+                k % QUEUES,
+            )
+            for k in range(KEYS)
+        ],
+        dtype=np.int64,
+    )
     rng = np.random.default_rng(8)
     for part, start in enumerate(range(0, events, CHUNK)):
         i = np.arange(start, min(events, start + CHUNK), dtype=np.int64)
@@ -121,15 +129,32 @@ def record_elections(db_url: str) -> None:
                 "old_master_broker_id, new_master_broker_id, old_master_epoch, new_master_epoch, old_sync_state_set_epoch, "
                 "new_sync_state_set_epoch, old_sync_state_set, new_sync_state_set, candidates, response_code, detail, "
                 "created_at) VALUES ('bench', %s, 'elect', 'controller', '', 1, 2, 1, 2, 1, 2, '{1,2}', '{2}', '[]', 0, '', "
-                "now())", [f"broker-{b}"])
+                "now())",
+                [f"broker-{b}"],
+            )
 
 
 def run_spark(db_url: str, folder: Path, master: str) -> tuple[float, float, int, int]:
     """(total s, job s, events, rollbacks) of one job run in its own process."""
     env = {**bench_env("audit"), "DATABASE_URL": db_url}
     started = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "spark_jobs.offset_audit", "--events-uri", str(folder), "--master", master,
-                          "--lookback-days", "0"], cwd=ROOT, env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_jobs.offset_audit",
+            "--events-uri",
+            str(folder),
+            "--master",
+            master,
+            "--lookback-days",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     total = time.monotonic() - started
     if out.returncode != 0:
         raise SystemExit(f"the audit job failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
@@ -161,10 +186,11 @@ def load_postgres(db_url: str, folder: Path) -> None:
         with conn.cursor() as cur:
             for path in sorted(folder.rglob("*.parquet")):
                 buf = io.BytesIO()
-                pacsv.write_csv(pq.read_table(path, schema=arrow_schema()), buf,
-                                pacsv.WriteOptions(include_header=False))
-                with cur.copy(f"COPY bench_offset_events ({', '.join(repr(n).replace(chr(39), chr(34)) for n, _ in COLUMNS)}) "
-                              "FROM STDIN (FORMAT csv)") as copy:
+                pacsv.write_csv(pq.read_table(path, schema=arrow_schema()), buf, pacsv.WriteOptions(include_header=False))
+                with cur.copy(
+                    f"COPY bench_offset_events ({', '.join(repr(n).replace(chr(39), chr(34)) for n, _ in COLUMNS)}) "
+                    "FROM STDIN (FORMAT csv)"
+                ) as copy:
                     copy.write(buf.getvalue())
         conn.execute("VACUUM ANALYZE bench_offset_events")
 
@@ -196,39 +222,55 @@ def main() -> None:
             folder = work / f"events-{n}"
             started = time.monotonic()
             expected = generate(folder, n, t0)
-            print(f"generated {n:,} events ({expected} rollbacks) in {time.monotonic() - started:.1f} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"generated {n:,} events ({expected} rollbacks) in {time.monotonic() - started:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             total, job, scanned, found = run_spark(db_url, folder, args.master)
             assert scanned == n and found == expected, (scanned, n, found, expected)
-            print(f"spark {args.master}: {n:,} events, {found} rollbacks, total {total:.1f} s, job {job:.1f} s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"spark {args.master}: {n:,} events, {found} rollbacks, total {total:.1f} s, job {job:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             results[n] = (total, job, folder, expected)
         total, job, folder, expected = results[args.events]
         started = time.monotonic()
         load_postgres(db_url, folder)
-        print(f"loaded {args.events:,} rows into Postgres in {time.monotonic() - started:.1f} s (not timed)",
-              file=sys.stderr, flush=True)
+        print(
+            f"loaded {args.events:,} rows into Postgres in {time.monotonic() - started:.1f} s (not timed)",
+            file=sys.stderr,
+            flush=True,
+        )
         postgres_s, pg_found = run_postgres(db_url, BY_KEY)
         assert pg_found == expected, (pg_found, expected)
-        print(f"postgres window query by queue key: {pg_found} rollbacks in {postgres_s:.1f} s", file=sys.stderr,
-              flush=True)
+        print(f"postgres window query by queue key: {pg_found} rollbacks in {postgres_s:.1f} s", file=sys.stderr, flush=True)
         names_s, pg_found = run_postgres(db_url, BY_NAMES)
         assert pg_found == expected, (pg_found, expected)
-        print(f"postgres window query by the four names: {pg_found} rollbacks in {names_s:.1f} s "
-              f"(spark_vs_postgres would be {names_s / total:.2f})", file=sys.stderr, flush=True)
+        print(
+            f"postgres window query by the four names: {pg_found} rollbacks in {names_s:.1f} s "
+            f"(spark_vs_postgres would be {names_s / total:.2f})",
+            file=sys.stderr,
+            flush=True,
+        )
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS bench_offset_events")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps({
-        "events": args.events,
-        "spark_total_s": round(total, 2),
-        "spark_job_s": round(job, 2),
-        "postgres_s": round(postgres_s, 2),
-        "spark_vs_postgres": round(postgres_s / total, 2),
-        "events_per_s_1m": round(1_000_000 / results[1_000_000][1]),
-        "events_per_s_10m": round(args.events / job),
-    }))
+    print(
+        json.dumps(
+            {
+                "events": args.events,
+                "spark_total_s": round(total, 2),
+                "spark_job_s": round(job, 2),
+                "postgres_s": round(postgres_s, 2),
+                "spark_vs_postgres": round(postgres_s / total, 2),
+                "events_per_s_1m": round(1_000_000 / results[1_000_000][1]),
+                "events_per_s_10m": round(args.events / job),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

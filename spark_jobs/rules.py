@@ -53,7 +53,8 @@ def messages_consumed_again(previous: Commit, current: Commit) -> int:
 
 
 def is_rollback(previous: Commit, current: Commit) -> bool:
-    """A decrease that nobody asked for: operator resets are intended."""
+    """A decrease that nobody asked for: operator resets are intended. (The job applies this rule
+    as a DataFrame expression, ``offset_audit.decreases``; this is its reference.)"""
     return current.offset < previous.offset and current.source != Source.OPERATOR_RESET
 
 
@@ -64,8 +65,13 @@ def attribute(previous: Commit, current: Commit, election: Election | None) -> A
         if election.old_sync_state_set and current.broker_id not in election.old_sync_state_set:
             return Attribution(Cause.UNCLEAN_ELECTION, election.master_epoch, election.transition_id)
         return Attribution(Cause.FAILOVER_STALE_REPLICA, election.master_epoch, election.transition_id)
-    if (election is None and current.broker_id != previous.broker_id and current.role != SLAVE_ROLE
-            and current.master_epoch <= previous.master_epoch and current.source != Source.PRE_ONLINE_SYNC):
+    if (
+        election is None
+        and current.broker_id != previous.broker_id
+        and current.role != SLAVE_ROLE
+        and current.master_epoch <= previous.master_epoch
+        and current.source != Source.PRE_ONLINE_SYNC
+    ):
         # A master came back and served its own older table while another broker had been serving
         # (acting master), with no election in between: the pre-online reverse sync did not run.
         return Attribution(Cause.FORMER_MASTER_WITHOUT_PRE_ONLINE, current.master_epoch)
@@ -79,5 +85,8 @@ def reset_scope(params: Mapping[str, object]) -> tuple[str, str | None, int | No
     group, topic, qid = params.get("consumerGroup"), params.get("topic"), params.get("queueId")
     if not isinstance(group, str) or not group:
         return None
-    return (group, topic if isinstance(topic, str) and topic else None,
-            qid if isinstance(qid, int) and not isinstance(qid, bool) else None)
+    return (
+        group,
+        topic if isinstance(topic, str) and topic else None,
+        qid if isinstance(qid, int) and not isinstance(qid, bool) else None,
+    )

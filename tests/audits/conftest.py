@@ -10,8 +10,9 @@ from spark_jobs.offset_audit import build_session
 
 @pytest.fixture(scope="session")
 def spark():
-    session = build_session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"},
-                            app_name="offset-audit-tests")
+    session = build_session(
+        "local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "1g"}, app_name="offset-audit-tests"
+    )
     yield session
     session.stop()
 

@@ -38,23 +38,38 @@ def consume(port: int, count: int) -> list[int]:
         deadline = time.monotonic() + 30
         while len(offsets) < count and time.monotonic() < deadline:
             req = spb.ReceiveMessageRequest(
-                group=pb.Resource(name=GROUP), message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=QUEUE),
+                group=pb.Resource(name=GROUP),
+                message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=QUEUE),
                 filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
-                batch_size=min(16, count - len(offsets)), invisible_duration=Duration(seconds=60),
-                long_polling_timeout=Duration(seconds=2))
+                batch_size=min(16, count - len(offsets)),
+                invisible_duration=Duration(seconds=60),
+                long_polling_timeout=Duration(seconds=2),
+            )
             got = [r.message for r in stub.ReceiveMessage(req, timeout=10) if r.HasField("message")]
             if got:
-                stub.AckMessage(spb.AckMessageRequest(group=pb.Resource(name=GROUP), topic=pb.Resource(name=TOPIC), entries=[
-                    spb.AckMessageEntry(message_id=m.system_properties.message_id,
-                                        receipt_handle=m.system_properties.receipt_handle) for m in got]), timeout=10)
+                stub.AckMessage(
+                    spb.AckMessageRequest(
+                        group=pb.Resource(name=GROUP),
+                        topic=pb.Resource(name=TOPIC),
+                        entries=[
+                            spb.AckMessageEntry(
+                                message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle
+                            )
+                            for m in got
+                        ],
+                    ),
+                    timeout=10,
+                )
                 offsets += [m.system_properties.queue_offset for m in got]
     return offsets
 
 
 def reported(broker_id: int, offset: int, source: str) -> bool:
-    return any(b.broker_id == broker_id and any(e.queue_id == QUEUE and e.consumer_group == GROUP and e.offset == offset
-                                                 and e.source == source for e in b.events)
-               for _, b in event_store.pending_batches())
+    return any(
+        b.broker_id == broker_id
+        and any(e.queue_id == QUEUE and e.consumer_group == GROUP and e.offset == offset and e.source == source for e in b.events)
+        for _, b in event_store.pending_batches()
+    )
 
 
 def test_a_failover_onto_stale_offsets_is_reported_with_its_cause_and_size(tmp_path, monkeypatch):
@@ -64,13 +79,24 @@ def test_a_failover_onto_stale_offsets_is_reported_with_its_cause_and_size(tmp_p
     token = ApiToken.issue("audit-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('audit-admin', 'admin')[1]}"}
     with uvicorn_server() as base, celery_worker_and_beat():
-        settings = dict(enableControllerMode="true", allAckInSyncStateSet="true", brokerHeartbeatInterval=500,
-                        controllerHeartBeatTimeoutMills=3000, checkSyncStateSetPeriod=1000, syncBrokerMetadataPeriod=1000)
+        settings = dict(
+            enableControllerMode="true",
+            allAckInSyncStateSet="true",
+            brokerHeartbeatInterval=500,
+            controllerHeartBeatTimeoutMills=3000,
+            checkSyncStateSetPeriod=1000,
+            syncBrokerMetadataPeriod=1000,
+        )
         replicas = [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
         for r in replicas:  # both hold the offsets of an old sync: the slave's copy stays there (stale)
-            (r.root / "config" / "consumerOffset.json").write_text(json.dumps(
-                {"offsetTable": {f"{GROUP}@{TOPIC}@{QUEUE}": STALE},
-                 "dataVersion": {"stateVersion": 0, "counter": 0, "timestamp": 0}}))
+            (r.root / "config" / "consumerOffset.json").write_text(
+                json.dumps(
+                    {
+                        "offsetTable": {f"{GROUP}@{TOPIC}@{QUEUE}": STALE},
+                        "dataVersion": {"stateVersion": 0, "counter": 0, "timestamp": 0},
+                    }
+                )
+            )
 
         def info() -> dict:
             resp = httpx.get(f"{base}/api/v1/controller/groups/group-a/replica-info", headers=admin, timeout=5)
@@ -90,15 +116,15 @@ def test_a_failover_onto_stale_offsets_is_reported_with_its_cause_and_size(tmp_p
             wait_for(lambda: send(master.grpc_port, 4) == {pb.Code.OK: 4}, 30, "the master taking writes")
             assert send(master.grpc_port, 396, first=4) == {pb.Code.OK: 396}  # 100 per queue
             assert consume(master.grpc_port, COMMITTED - STALE) == list(range(STALE, COMMITTED))
-            wait_for(lambda: reported(before["masterBrokerId"], COMMITTED, "client_commit"), 30,
-                     "the master's commit reported")
+            wait_for(lambda: reported(before["masterBrokerId"], COMMITTED, "client_commit"), 30, "the master's commit reported")
 
             master.stop(signal.SIGKILL)
             wait_for(lambda: master_of(info()) is slave, 60, "the slave elected")
             after = info()
             assert after["masterEpoch"] == before["masterEpoch"] + 1
-            wait_for(lambda: reported(after["masterBrokerId"], STALE, "master_takeover"), 30,
-                     "the new master's takeover reported")
+            wait_for(
+                lambda: reported(after["masterBrokerId"], STALE, "master_takeover"), 30, "the new master's takeover reported"
+            )
 
             started = httpx.post(f"{base}/api/v1/audits/runs", headers=admin, timeout=10)
             assert started.status_code == 202, started.text
@@ -112,8 +138,9 @@ def test_a_failover_onto_stale_offsets_is_reported_with_its_cause_and_size(tmp_p
 
             wait_for(finished, 240, "the audit run")
             assert run["status"] == "succeeded", run["error"]
-            findings = httpx.get(f"{base}/api/v1/audits/findings", params={"run": run["id"]}, headers=admin,
-                                 timeout=5).json()["findings"]
+            findings = httpx.get(f"{base}/api/v1/audits/findings", params={"run": run["id"]}, headers=admin, timeout=5).json()[
+                "findings"
+            ]
             # The new master really hands out the rolled-back messages again: from the stale offset on.
             assert consume(slave.grpc_port, 1) == [STALE]
         finally:
@@ -124,9 +151,39 @@ def test_a_failover_onto_stale_offsets_is_reported_with_its_cause_and_size(tmp_p
     # audit rightly flags that, on the first master only.
     beyond = [(f["brokerId"], f["masterEpoch"], f["offset"]) for f in findings if f["kind"] == "beyond_max_offset"]
     assert set(beyond) <= {(before["masterBrokerId"], before["masterEpoch"], STALE)}
-    assert [(f["kind"], f["cause"], f["consumerGroup"], f["topic"], f["brokerName"], f["queueId"], f["masterEpoch"],
-             f["previousOffset"], f["offset"], f["messagesAgain"], f["transitionId"], f["brokerId"], f["previousBrokerId"])
-            for f in findings if f["kind"] == "rollback"] == [
-        ("rollback", "failover_stale_replica", GROUP, TOPIC, "group-a", QUEUE, after["masterEpoch"], COMMITTED, STALE,
-         COMMITTED - STALE, election.pk, after["masterBrokerId"], before["masterBrokerId"])]
+    assert [
+        (
+            f["kind"],
+            f["cause"],
+            f["consumerGroup"],
+            f["topic"],
+            f["brokerName"],
+            f["queueId"],
+            f["masterEpoch"],
+            f["previousOffset"],
+            f["offset"],
+            f["messagesAgain"],
+            f["transitionId"],
+            f["brokerId"],
+            f["previousBrokerId"],
+        )
+        for f in findings
+        if f["kind"] == "rollback"
+    ] == [
+        (
+            "rollback",
+            "failover_stale_replica",
+            GROUP,
+            TOPIC,
+            "group-a",
+            QUEUE,
+            after["masterEpoch"],
+            COMMITTED,
+            STALE,
+            COMMITTED - STALE,
+            election.pk,
+            after["masterBrokerId"],
+            before["masterBrokerId"],
+        )
+    ]
     assert run["rollbacks"] == 1 and run["messagesAgain"] == COMMITTED - STALE

@@ -24,10 +24,20 @@ CC, SYNC, PRE, RESET, TAKEOVER = "client_commit", "slave_sync", "pre_online_sync
 
 def elect(broker_name: str, epoch: int, new_master: int, old_sss: list[int], old_master: int | None = 1) -> Transition:
     return Transition.objects.create(
-        cluster_name="c1", broker_name=broker_name, kind="elect", trigger="controller", old_master_broker_id=old_master,
-        new_master_broker_id=new_master, old_master_epoch=epoch - 1, new_master_epoch=epoch,
-        old_sync_state_set_epoch=epoch - 1, new_sync_state_set_epoch=epoch, old_sync_state_set=old_sss,
-        new_sync_state_set=[new_master], response_code=0)
+        cluster_name="c1",
+        broker_name=broker_name,
+        kind="elect",
+        trigger="controller",
+        old_master_broker_id=old_master,
+        new_master_broker_id=new_master,
+        old_master_epoch=epoch - 1,
+        new_master_epoch=epoch,
+        old_sync_state_set_epoch=epoch - 1,
+        new_sync_state_set_epoch=epoch,
+        old_sync_state_set=old_sss,
+        new_sync_state_set=[new_master],
+        response_code=0,
+    )
 
 
 def synthetic_events(t0: int) -> list:
@@ -37,8 +47,9 @@ def synthetic_events(t0: int) -> list:
         # 2 is elected cleanly at epoch 2 and serves its stale 40: 60 messages again.
         batch("rg-failover", 1, "SYNC_MASTER", 1, [("g1", "t1", 0, o, CC, t0 + i * s) for i, o in enumerate(range(10, 101, 10))]),
         batch("rg-failover", 2, "SLAVE", 1, [("g1", "t1", 0, 90, SYNC, t0 + 9 * s + 500)]),
-        batch("rg-failover", 2, "SYNC_MASTER", 2, [("g1", "t1", 0, 40, TAKEOVER, t0 + 20 * s),
-                                                   ("g1", "t1", 0, 45, CC, t0 + 21 * s)]),
+        batch(
+            "rg-failover", 2, "SYNC_MASTER", 2, [("g1", "t1", 0, 40, TAKEOVER, t0 + 20 * s), ("g1", "t1", 0, 45, CC, t0 + 21 * s)]
+        ),
         # the same failover on another queue with no stale offsets: not a rollback
         batch("rg-failover", 1, "SYNC_MASTER", 1, [("g1", "t1", 1, 70, CC, t0 + 5 * s)]),
         batch("rg-failover", 2, "SYNC_MASTER", 2, [("g1", "t1", 1, 70, TAKEOVER, t0 + 20 * s)]),
@@ -60,11 +71,25 @@ def synthetic_events(t0: int) -> list:
         # an operator reset reported as such: intended
         batch("rg-other", 0, "SYNC_MASTER", 4, [("g5", "t4", 0, 800, CC, t0 + s), ("g5", "t4", 0, 0, RESET, t0 + 2 * s)]),
         # an operator reset logged in the operator audit log, reaching the broker as a plain commit: intended
-        batch("rg-other", 0, "SYNC_MASTER", 4, [("g-reset", "t4", 0, 700, CC, t0 - 5 * s),
-                                                ("g-reset", "t4", 0, 100, CC, t0 + 3 * s)]),
+        batch(
+            "rg-other",
+            0,
+            "SYNC_MASTER",
+            4,
+            [("g-reset", "t4", 0, 700, CC, t0 - 5 * s), ("g-reset", "t4", 0, 100, CC, t0 + 3 * s)],
+        ),
         # committed beyond the queue's max offset twice (max 100): flagged once, by 20 at most
-        batch("rg-other", 0, "SYNC_MASTER", 4, [("g6", "t6", 0, 110, CC, t0 + s, 100), ("g6", "t6", 0, 120, CC, t0 + 2 * s, 100),
-                                                ("g6", "t6", 1, 50, CC, t0 + s, 100)]),
+        batch(
+            "rg-other",
+            0,
+            "SYNC_MASTER",
+            4,
+            [
+                ("g6", "t6", 0, 110, CC, t0 + s, 100),
+                ("g6", "t6", 0, 120, CC, t0 + 2 * s, 100),
+                ("g6", "t6", 1, 50, CC, t0 + s, 100),
+            ],
+        ),
     ]
 
 
@@ -79,26 +104,42 @@ def test_the_job_finds_exactly_the_known_rollbacks_with_their_causes_and_sizes(s
     with pg.connect(job_environment()["DATABASE_URL"]) as conn:
         outcome = execute(spark, conn, run.pk, events_uri, lookback_days=7)
 
-    rollbacks = {(f.broker_name, f.consumer_group, f.topic, f.queue_id): (f.cause, f.master_epoch, f.messages_again,
-                                                                          f.previous_offset, f.offset, f.transition_id)
-                 for f in Finding.objects.filter(run=run, kind="rollback")}
+    rollbacks = {
+        (f.broker_name, f.consumer_group, f.topic, f.queue_id): (
+            f.cause,
+            f.master_epoch,
+            f.messages_again,
+            f.previous_offset,
+            f.offset,
+            f.transition_id,
+        )
+        for f in Finding.objects.filter(run=run, kind="rollback")
+    }
     assert rollbacks == {
         ("rg-failover", "g1", "t1", 0): ("failover_stale_replica", 2, 60, 100, 40, failover.pk),
         ("rg-unclean", "g2", "t2", 3): ("unclean_election", 3, 50, 500, 450, unclean.pk),
         ("rg-classic", "g3", "t3", 0): ("former_master_without_pre_online_sync", 1, 30, 230, 200, None),
         ("rg-other", "g4", "t4", 2): ("unknown", 4, 100, 1000, 900, None),
     }
-    beyond = list(Finding.objects.filter(run=run, kind="beyond_max_offset").values(
-        "consumer_group", "queue_id", "offset", "queue_max_offset", "excess", "event_count"))
-    assert beyond == [{"consumer_group": "g6", "queue_id": 0, "offset": 120, "queue_max_offset": 100, "excess": 20,
-                       "event_count": 2}]
+    beyond = list(
+        Finding.objects.filter(run=run, kind="beyond_max_offset").values(
+            "consumer_group", "queue_id", "offset", "queue_max_offset", "excess", "event_count"
+        )
+    )
+    assert beyond == [
+        {"consumer_group": "g6", "queue_id": 0, "offset": 120, "queue_max_offset": 100, "excess": 20, "event_count": 2}
+    ]
 
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED and run.active is None and run.progress == 1
     assert run.events_scanned == sum(len(b.events) for b in synthetic_events(t0)) == outcome.events_scanned
     assert (run.rollbacks, run.messages_again, run.beyond_max_offset, run.explained_by_reset) == (4, 240, 1, 1)
-    assert run.summary["rollbacksByCause"] == {"failover_stale_replica": 1, "unclean_election": 1,
-                                               "former_master_without_pre_online_sync": 1, "unknown": 1}
+    assert run.summary["rollbacksByCause"] == {
+        "failover_stale_replica": 1,
+        "unclean_election": 1,
+        "former_master_without_pre_online_sync": 1,
+        "unknown": 1,
+    }
     assert run.summary["messagesAgainByCause"]["failover_stale_replica"] == 60
 
 

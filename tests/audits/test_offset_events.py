@@ -23,8 +23,14 @@ URL = "/api/v1/audits/offset-events"
 
 def sample(ts: int | None = None, n: int = 3):
     ts = ts or now_ms()
-    return batch("broker-a", 1, "SYNC_MASTER", 2, [("g1", "t1", q, 10 * q + 5, "client_commit", ts, 100) for q in range(n)],
-                 data_version=(2, 7, ts))
+    return batch(
+        "broker-a",
+        1,
+        "SYNC_MASTER",
+        2,
+        [("g1", "t1", q, 10 * q + 5, "client_commit", ts, 100) for q in range(n)],
+        data_version=(2, 7, ts),
+    )
 
 
 def stored_rows(uri: str) -> list[dict]:
@@ -50,12 +56,38 @@ def test_a_reported_batch_lands_in_the_event_store_partitioned_by_date(anon, bro
     assert dates == [f"event_date={d}" for d in day]
     rows = stored_rows(events_uri)
     assert len(rows) == 4
-    assert {k: rows[1][k] for k in ("cluster_name", "broker_name", "broker_id", "role", "master_epoch", "consumer_group",
-                                    "topic", "queue_id", "offset", "queue_max_offset", "source", "dv_state_version",
-                                    "dv_counter")} == {
-        "cluster_name": "c1", "broker_name": "broker-a", "broker_id": 1, "role": "SYNC_MASTER", "master_epoch": 2,
-        "consumer_group": "g1", "topic": "t1", "queue_id": 0, "offset": 5, "queue_max_offset": 100,
-        "source": "client_commit", "dv_state_version": 2, "dv_counter": 7}
+    assert {
+        k: rows[1][k]
+        for k in (
+            "cluster_name",
+            "broker_name",
+            "broker_id",
+            "role",
+            "master_epoch",
+            "consumer_group",
+            "topic",
+            "queue_id",
+            "offset",
+            "queue_max_offset",
+            "source",
+            "dv_state_version",
+            "dv_counter",
+        )
+    } == {
+        "cluster_name": "c1",
+        "broker_name": "broker-a",
+        "broker_id": 1,
+        "role": "SYNC_MASTER",
+        "master_epoch": 2,
+        "consumer_group": "g1",
+        "topic": "t1",
+        "queue_id": 0,
+        "offset": 5,
+        "queue_max_offset": 100,
+        "source": "client_commit",
+        "dv_state_version": 2,
+        "dv_counter": 7,
+    }
     assert event_store.flush().events == 0  # nothing new
 
 
@@ -64,8 +96,13 @@ def test_a_flush_that_died_midway_is_completed_by_the_next_without_duplicates(ev
     client = sync_client()
     crashed = event_store._flushing_prefix() + "deadbeef"
     client.rename(event_store.buffer_key(), crashed)  # what a flush does first, before it died
-    event_store.write_parquet(events_uri, "part-deadbeef-00000", event_store.rows_by_date(  # and one file it wrote
-        [event_store._decode(i) for i in client.lrange(crashed, 0, -1)]))
+    event_store.write_parquet(
+        events_uri,
+        "part-deadbeef-00000",
+        event_store.rows_by_date(  # and one file it wrote
+            [event_store._decode(i) for i in client.lrange(crashed, 0, -1)]
+        ),
+    )
     event_store.append([sample(n=1)])
     report = event_store.flush()
     assert report.events == 4 and not client.exists(crashed)
@@ -88,7 +125,8 @@ def test_bad_batches_are_refused_with_field_errors(anon, broker_token, read_toke
     assert "offset" in fields["events"]["1"] and "source" in fields["events"]["2"]
     assert "queueMaxOffset" in fields["events"]["0"]
     assert anon.post(URL, {**wire(sample()), "events": []}, format="json").json()["fields"] == {
-        "events": ["must be a non-empty list"]}
+        "events": ["must be a non-empty list"]
+    }
     assert event_store.pending_batches() == []
 
     anon.credentials(HTTP_AUTHORIZATION=f"Bearer {read_token}")

@@ -19,20 +19,64 @@ RUNS = "/api/v1/audits/runs"
 
 
 def finished_run() -> AuditRun:
-    run = AuditRun.objects.create(trigger="schedule", status=RunStatus.SUCCEEDED, active=None, progress=1,
-                                  finished_at=datetime.now(UTC), events_scanned=1234, rollbacks=2, messages_again=75,
-                                  beyond_max_offset=1, explained_by_reset=0)
+    run = AuditRun.objects.create(
+        trigger="schedule",
+        status=RunStatus.SUCCEEDED,
+        active=None,
+        progress=1,
+        finished_at=datetime.now(UTC),
+        events_scanned=1234,
+        rollbacks=2,
+        messages_again=75,
+        beyond_max_offset=1,
+        explained_by_reset=0,
+    )
     at = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
     common = dict(run=run, cluster_name="c1", topic="t1", role="SYNC_MASTER", detected_at=at)
-    Finding.objects.create(kind="rollback", cause="failover_stale_replica", consumer_group="orders", broker_name="rg-a",
-                           queue_id=0, master_epoch=7, broker_id=2, source="master_takeover", previous_broker_id=1,
-                           previous_master_epoch=6, previous_offset=100, offset=40, messages_again=60, **common)
-    Finding.objects.create(kind="rollback", cause="unknown", consumer_group="billing", broker_name="rg-b", queue_id=1,
-                           master_epoch=3, broker_id=0, source="client_commit", previous_offset=20, offset=5,
-                           messages_again=15, **common)
-    Finding.objects.create(kind="beyond_max_offset", consumer_group="orders", broker_name="rg-a", queue_id=2,
-                           master_epoch=7, broker_id=2, source="client_commit", offset=120, queue_max_offset=100,
-                           excess=20, event_count=2, **common)
+    Finding.objects.create(
+        kind="rollback",
+        cause="failover_stale_replica",
+        consumer_group="orders",
+        broker_name="rg-a",
+        queue_id=0,
+        master_epoch=7,
+        broker_id=2,
+        source="master_takeover",
+        previous_broker_id=1,
+        previous_master_epoch=6,
+        previous_offset=100,
+        offset=40,
+        messages_again=60,
+        **common,
+    )
+    Finding.objects.create(
+        kind="rollback",
+        cause="unknown",
+        consumer_group="billing",
+        broker_name="rg-b",
+        queue_id=1,
+        master_epoch=3,
+        broker_id=0,
+        source="client_commit",
+        previous_offset=20,
+        offset=5,
+        messages_again=15,
+        **common,
+    )
+    Finding.objects.create(
+        kind="beyond_max_offset",
+        consumer_group="orders",
+        broker_name="rg-a",
+        queue_id=2,
+        master_epoch=7,
+        broker_id=2,
+        source="client_commit",
+        offset=120,
+        queue_max_offset=100,
+        excess=20,
+        event_count=2,
+        **common,
+    )
     return run
 
 
@@ -65,10 +109,17 @@ def test_findings_are_read_with_a_read_token_and_bad_queries_get_field_errors(an
     body = anon.get("/api/v1/audits/findings").json()  # the latest finished run by default
     assert body["run"]["id"] == run.pk and body["run"]["messagesAgain"] == 75
     assert [(f["consumerGroup"], f["kind"], f["messagesAgain"]) for f in body["findings"]] == [
-        ("orders", "rollback", 60), ("billing", "rollback", 15), ("orders", "beyond_max_offset", 0)]
+        ("orders", "rollback", 60),
+        ("billing", "rollback", 15),
+        ("orders", "beyond_max_offset", 0),
+    ]
     first = body["findings"][0]
     assert (first["cause"], first["masterEpoch"], first["previousOffset"], first["offset"]) == (
-        "failover_stale_replica", 7, 100, 40)
+        "failover_stale_replica",
+        7,
+        100,
+        40,
+    )
     assert first["historyUrl"] == "/api/v1/controller/history?brokerName=rg-a"
     only = anon.get("/api/v1/audits/findings", {"run": run.pk, "cause": "unknown"}).json()["findings"]
     assert [f["consumerGroup"] for f in only] == ["billing"]
@@ -93,9 +144,18 @@ def test_the_results_page_needs_a_login_and_shows_charts_and_findings():
     page = login("viewer", operator=False).get("/audits/")
     html = page.content.decode()
     assert page.status_code == 200
-    for text in ('id="chart-rollbacks"', 'id="chart-top-groups"', 'id="chart-messages-again"', "failover stale replica",
-                 "rg-a", "100 → 40", "beyond max offset", 'src="/static/js/plotly.min.js"', 'id="audit-charts"',
-                 "topGroups"):
+    for text in (
+        'id="chart-rollbacks"',
+        'id="chart-top-groups"',
+        'id="chart-messages-again"',
+        "failover stale replica",
+        "rg-a",
+        "100 → 40",
+        "beyond max offset",
+        'src="/static/js/plotly.min.js"',
+        'id="audit-charts"',
+        "topGroups",
+    ):
         assert text in html, text
     assert "Run audit now" not in html  # viewers do not start audits
     assert "cdn" not in html.lower()

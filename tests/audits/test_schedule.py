@@ -18,8 +18,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 def test_celery_beat_runs_the_audit_and_its_progress_shows_while_it_runs(tmp_path, monkeypatch):
     uri = str(tmp_path / "offset-events")
     t0 = now_ms()
-    store(uri, batch("rg-s", 0, "SYNC_MASTER", 5, [("g", "t", 0, 50, "client_commit", t0),
-                                                   ("g", "t", 0, 20, "client_commit", t0 + 1000)]))
+    store(
+        uri,
+        batch(
+            "rg-s", 0, "SYNC_MASTER", 5, [("g", "t", 0, 50, "client_commit", t0), ("g", "t", 0, 20, "client_commit", t0 + 1000)]
+        ),
+    )
     monkeypatch.setenv("AUDIT_EVENTS_URI", uri)
     monkeypatch.setenv("AUDIT_INTERVAL_SECONDS", "3")
     monkeypatch.setenv("AUDIT_SPARK_MASTER", "local[2]")
