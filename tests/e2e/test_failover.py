@@ -25,19 +25,10 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
     token = ApiToken.issue("failover-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('failover-admin', 'admin')[1]}"}
     with uvicorn_server() as base, celery_worker_and_beat():
-        settings = dict(enableControllerMode="true", allAckInSyncStateSet="true", brokerHeartbeatInterval=500,
-                        controllerHeartBeatTimeoutMills=3000, checkSyncStateSetPeriod=1000, syncBrokerMetadataPeriod=1000)
-        replicas = [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
-
+        replicas = two_replicas(tmp_path, base, token, allAckInSyncStateSet="true", controllerHeartBeatTimeoutMills=3000)
         info, master_of = group_views(base, admin, replicas)
-
         try:
-            for x in replicas:
-                x.start()
-            wait_for(lambda: len(info().get("syncStateSet", [])) == 2, 60, "a master with both replicas in sync")
-            before = info()
-            master = master_of(before)
-            slave = next(x for x in replicas if x is not master)
+            before, master, slave = start_in_sync(replicas, info, master_of)
             assert master is not None and before["masterEpoch"] >= 1
             wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
             acked = 1 + send(master.grpc_port, 2000, first=1)[pb.Code.OK]
@@ -72,6 +63,23 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
             [__import__("sys").executable, "manage.py", "check_controller_invariants"], capture_output=True, text=True,
             env=__import__("tests.procs", fromlist=["child_env"]).child_env())
         assert check.returncode == 0, check.stdout + check.stderr
+
+
+def two_replicas(tmp_path, base: str, token: str, **extra) -> list[Replica]:
+    """Two brokers of group-a in controller mode (not started)."""
+    settings = dict(enableControllerMode="true", brokerHeartbeatInterval=500, checkSyncStateSetPeriod=1000,
+                    syncBrokerMetadataPeriod=1000, **extra)
+    return [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
+
+
+def start_in_sync(replicas: list[Replica], info, master_of) -> tuple[dict, Replica, Replica]:
+    """Start the replicas and wait for a master with both in its SyncStateSet: (state, master, slave)."""
+    for x in replicas:
+        x.start()
+    wait_for(lambda: len(info().get("syncStateSet", [])) == 2, 60, "a master with both replicas in sync")
+    before = info()
+    master = master_of(before)
+    return before, master, next(x for x in replicas if x is not master)
 
 
 def group_views(base: str, admin: dict, replicas: list[Replica]):
@@ -109,22 +117,14 @@ def test_a_stopped_master_is_replaced_and_rejoins_as_a_slave_cutting_its_diverge
     token = ApiToken.issue("stop-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('stop-admin', 'admin')[1]}"}
     with uvicorn_server() as base, celery_worker_and_beat():
-        settings = dict(enableControllerMode="true", brokerHeartbeatInterval=500, controllerHeartBeatTimeoutMills=2000,
-                        checkSyncStateSetPeriod=1000, syncBrokerMetadataPeriod=1000)
-        replicas = [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
+        replicas = two_replicas(tmp_path, base, token, controllerHeartBeatTimeoutMills=2000)
         fast = httpx.patch(f"{base}/api/v1/controller/config", headers=admin, timeout=5,  # docs/failover.md
                            json={"scanInactiveMasterInterval": 500, "scanNotActiveBrokerInterval": 500})
         assert fast.status_code == 200, fast.text
 
         info, master_of = group_views(base, admin, replicas)
-
         try:
-            for x in replicas:
-                x.start()
-            wait_for(lambda: len(info().get("syncStateSet", [])) == 2, 60, "a master with both replicas in sync")
-            before = info()
-            old = master_of(before)
-            new = next(x for x in replicas if x is not old)
+            before, old, new = start_in_sync(replicas, info, master_of)
             wait_for(lambda: send(old.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
             send(old.grpc_port, 500, first=1)
             wait_for(lambda: new.log_size() == old.log_size(), 30, "the slave caught up")
