@@ -16,11 +16,12 @@ PYTEST_ARGS ?=
 
 venv: $(STAMP)
 
-# Re-installs only when pyproject.toml changed since the last successful install. pip's cache is
-# kept on purpose (no --no-cache-dir): re-creating the venv must not download everything again.
-# Editable install: [tool.setuptools] packages = [] means only the dependencies get installed and
-# the apps are always imported from this checkout.
-$(STAMP): pyproject.toml
+# Re-installs only when pyproject.toml or the store's C codec changed since the last successful
+# install. pip's cache is kept on purpose (no --no-cache-dir): re-creating the venv must not download
+# everything again. Editable install: [tool.setuptools] packages = [] means only the dependencies get
+# installed and the apps are always imported from this checkout; the install also compiles
+# brokers/store/_codec.c in place (optional: without a C compiler the store uses its Python codec).
+$(STAMP): pyproject.toml brokers/store/_codec.c
 	@set -e; \
 	if [ ! -x "$(PY)" ]; then \
 		base=""; \
@@ -59,4 +60,4 @@ clean:
 
 # Everything generated, including the virtualenv and .data/ (embedded database, logs, passwords).
 distclean: clean
-	rm -rf $(VENV) .data
+	rm -rf $(VENV) .data brokers/store/_codec.*.so

@@ -13,6 +13,7 @@ from .control.nameserver import NameserverLink
 from .control.replicas import ReplicasManager
 from .grpc.service import serve
 from .ha.service import HAService
+from .store import codec
 from .store.offsets import ConsumerOffsets
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .tasks import cancel_and_wait
@@ -82,7 +83,9 @@ class Broker:
         root = Path(config.storePathRootDir)
         self.store = MessageStore(StoreConfig(
             root, mapped_file_size_commit_log=config.mappedFileSizeCommitLog,
-            flush_disk_type=FlushDiskType(config.flushDiskType), flush_interval_commit_log=config.flushIntervalCommitLog))
+            flush_disk_type=FlushDiskType(config.flushDiskType), flush_interval_commit_log=config.flushIntervalCommitLog,
+            flush_commit_log_least_pages=config.flushCommitLogLeastPages,
+            flush_commit_log_thorough_interval=config.flushCommitLogThoroughInterval))
         # A slave publishes consume-queue entries only up to its master's confirm offset, from
         # recovery on (reference §2.6).
         self.store.follow_max = config.brokerRole != "SLAVE" and not config.enableControllerMode
@@ -107,7 +110,8 @@ class Broker:
 
     async def start(self) -> None:
         report = await self.store.start()
-        log.info("store recovered: %d messages, max offset %d%s", report.messages, report.max_offset,
+        log.info("store recovered (%s codec): %d messages, max offset %d%s", codec.IMPLEMENTATION, report.messages,
+                 report.max_offset,
                  f", cut {report.removed_bytes} torn bytes at {report.truncated_at}" if report.truncated_at is not None else "")
         await self.ha.start()
         offsets = ConsumerOffsets(Path(self.config.storePathRootDir) / "config" / "consumerOffset.json")

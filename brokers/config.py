@@ -29,6 +29,8 @@ class BrokerConfig:
     storePathRootDir: str = ""  # required
     flushDiskType: str = "ASYNC_FLUSH"
     flushIntervalCommitLog: int = 500
+    flushCommitLogLeastPages: int = 4  # ASYNC_FLUSH: the flush thread flushes once this many 4 KB pages are unflushed
+    flushCommitLogThoroughInterval: int = 10000  # ms: and then whatever is unflushed
     mappedFileSizeCommitLog: int = 1 << 30
     # The control plane (nameserver + controller) this broker belongs to.
     controlPlaneUrl: str = ""  # required, e.g. http://127.0.0.1:8000
@@ -184,7 +186,9 @@ def _check(c: BrokerConfig) -> list[str]:
     elif c.controlPlaneTokenFile and not c.controlPlaneToken and not Path(c.controlPlaneTokenFile).is_file():
         problems.append(f"controlPlaneTokenFile: {c.controlPlaneTokenFile} does not exist")
     for key in ("brokerHeartbeatInterval", "registerNameServerPeriod", "brokerNotActiveTimeoutMillis",
-                "flushIntervalCommitLog"):
+                "flushIntervalCommitLog", "flushCommitLogThoroughInterval"):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
+    if c.flushCommitLogLeastPages < 0:
+        problems.append("flushCommitLogLeastPages: must be >= 0")
     return problems

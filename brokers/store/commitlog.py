@@ -1,7 +1,8 @@
 """The commit log: fixed-size segment files named by their start offset (20 digits), as RocketMQ's.
 
-The store places and encodes a batch of records on its event loop (``place_batch``, no I/O) and
-writes them from one I/O thread (``write``: ``pwritev`` straight from the records' buffers);
+The store places and encodes a batch of records on its event loop (``place_batch``, no I/O: the
+records that fit a segment are encoded as one run, one buffer) and writes them from one I/O thread
+(``write``: ``pwritev`` of the runs' buffers);
 ``flush`` fsyncs what was written since the last flush. A record never spans two segments: when
 it does not fit, the segment's tail gets a blank record and the next segment starts at
 ``start + segment_size``.
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 
 from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, blank, decode, record_length
@@ -66,6 +70,9 @@ class CommitLog:
             if p.name.isdigit() and len(p.name) == 20:
                 fd = os.open(p, os.O_RDWR)
                 self.segments.append(Segment(int(p.name), p, fd, os.fstat(fd).st_size))
+        # Held while fsyncing and while closing or deleting segments: the store flushes from its own
+        # thread, and an fd must not be closed (and its number reused) under a running fsync.
+        self.files_lock = threading.Lock()
         self.base_offset = 0  # where an empty log starts (a replica's log may start at its master's min)
         # The end of what the I/O thread has written (max_offset is the end of what was placed): the
         # HA master ships, and water levels report, only written bytes.
@@ -96,44 +103,37 @@ class CommitLog:
         seg.fd = os.open(seg.path, os.O_RDWR | os.O_CREAT, 0o644)
         _fsync_dir(self.root)
 
-    def place_batch(self, sizes: list[int], make: Callable[[int, int], Sequence[bytes]]) -> tuple[list[int], Writes]:
-        """Place records of the given sizes one after another and encode them: ``make(i, offset)``
-        returns record i, once its offset is known, as buffers that together are the record. Returns
-        each record's physical offset and the writes that put them on disk (``write``).
+    def place_batch(self, sizes: list[int], encode: Callable[[int, int, int], bytes]) -> Writes:
+        """Place records of the given sizes one after another: ``encode(start, stop, physical)``
+        returns records [start, stop) laid out from offset ``physical``, one buffer (a run: as many
+        records as fit the current segment). Returns the writes that put them on disk (``write``).
 
         Placing is pure computation (no I/O), so the store does it on its event loop, and only the
         writes go to its I/O thread; a record's offset is final once placed."""
-        offsets: list[int] = []
         writes: Writes = []
         seg = self.segments[-1] if self.segments else self._new_segment(self.base_offset)
-        pos = seg.length
-        chunks: list[bytes] = []
-        at = pos
-        for i, size in enumerate(sizes):
-            if size + END_FILE_MIN_BLANK_LENGTH > self.segment_size:
-                raise ValueError(f"a record of {size} bytes does not fit a {self.segment_size}-byte segment")
-            if pos + size + END_FILE_MIN_BLANK_LENGTH > self.segment_size:
-                if pos < self.segment_size:  # (== when full already: its blank was written before a crash)
-                    chunks.append(blank(self.segment_size - pos))
-                    pos = self.segment_size
-                if chunks:
-                    writes.append((seg, at, chunks))
-                seg.length = pos
+        ends = list(accumulate(sizes))  # ends[j] - placed: bytes that records [i, j] take from here
+        i, placed = 0, 0
+        while i < len(sizes):
+            room = self.segment_size - END_FILE_MIN_BLANK_LENGTH - seg.length
+            stop = bisect_right(ends, placed + room, i)  # records [i, stop) fit before the segment's end
+            if stop == i:  # the next record needs a new segment; this one's tail gets a blank record
+                if sizes[i] + END_FILE_MIN_BLANK_LENGTH > self.segment_size:
+                    raise ValueError(f"a record of {sizes[i]} bytes does not fit a {self.segment_size}-byte segment")
+                if seg.length < self.segment_size:  # (== when full already: its blank was written before a crash)
+                    writes.append((seg, seg.length, [blank(self.segment_size - seg.length)]))
+                    seg.length = self.segment_size
                 seg = self._new_segment(seg.start + self.segment_size)
-                pos = at = 0
-                chunks = []
-            physical = seg.start + pos
-            offsets.append(physical)
-            chunks.extend(make(i, physical))
-            pos += size
-        if chunks:
-            writes.append((seg, at, chunks))
-        seg.length = pos
-        return offsets, writes
+                continue
+            writes.append((seg, seg.length, [encode(i, stop, seg.start + seg.length)]))
+            seg.length += ends[stop - 1] - placed
+            placed = ends[stop - 1]
+            i = stop
+        return writes
 
     def write(self, writes: Writes) -> None:
-        """Blocking: carry out ``place_batch``'s writes, in order (``pwritev`` straight from the
-        records' buffers: a body is never copied in Python)."""
+        """Blocking: carry out ``place_batch``'s writes, in order (one ``pwritev`` of each write's
+        buffers; the rest of a short write is retried)."""
         for seg, at, chunks in writes:
             if seg.fd < 0:
                 self._create(seg)
@@ -183,18 +183,19 @@ class CommitLog:
         end = min(seg.start + seg.length, self.written_offset, offset + max_bytes)
         return os.pread(seg.fd, end - offset, offset - seg.start)
 
-    def append_batch(self, sizes: list[int], make: Callable[[int, int], Sequence[bytes]]) -> list[int]:
+    def append_batch(self, sizes: list[int], encode: Callable[[int, int, int], bytes]) -> None:
         """``place_batch`` and ``write`` in one go (single-threaded use)."""
-        offsets, writes = self.place_batch(sizes, make)
-        self.write(writes)
-        return offsets
+        self.write(self.place_batch(sizes, encode))
 
     def flush(self) -> None:
-        """fsync every segment written since the last flush (group commit: once per batch)."""
-        for seg in self.segments:
-            if seg.dirty:
-                os.fdatasync(seg.fd)
-                seg.dirty = False
+        """fsync every segment written since the last flush (group commit: once per batch). Safe from
+        any thread: a write that ends after the flag is cleared sets it again for the next flush, and
+        a flush that finds nothing dirty returns only after a flush running in another thread is done."""
+        with self.files_lock:
+            for seg in list(self.segments):
+                if seg.dirty:
+                    seg.dirty = False
+                    os.fdatasync(seg.fd)
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -264,6 +265,10 @@ class CommitLog:
     def truncate(self, offset: int) -> list[str]:
         """Cut the log at ``offset`` (a record boundary): later segments are deleted, the segment
         holding it is shortened; both are fsynced. Returns the names of deleted segments."""
+        with self.files_lock:
+            return self._truncate(offset)
+
+    def _truncate(self, offset: int) -> list[str]:
         removed = []
         while self.segments and self.segments[-1].start > offset:
             seg = self.segments.pop()
@@ -293,6 +298,10 @@ class CommitLog:
         starts again at the master's min offset."""
         if base_offset % self.segment_size:
             raise ValueError(f"a log must start at a multiple of {self.segment_size}")
+        with self.files_lock:
+            return self._clear(base_offset)
+
+    def _clear(self, base_offset: int) -> list[str]:
         self.base_offset = base_offset
         removed = []
         while self.segments:
@@ -306,6 +315,7 @@ class CommitLog:
         return removed
 
     def close(self) -> None:
-        for seg in self.segments:
-            seg.close()
-        self.segments = []
+        with self.files_lock:
+            for seg in self.segments:
+                seg.close()
+            self.segments = []

@@ -10,6 +10,7 @@ import functools
 import os
 import shutil
 import struct
+import threading
 from pathlib import Path
 
 ENTRY = struct.Struct(">qiq")
@@ -67,8 +68,8 @@ class ConsumeQueue:
 
     def flush(self) -> None:
         if self.dirty:
+            self.dirty = False  # (before the fsync: a write after this sets it again)
             os.fsync(self.fd)
-            self.dirty = False
 
     def entries(self, start: int, max_count: int) -> list[tuple[int, int, int, int]]:
         """(queue offset, physical offset, size, tags hash) from ``start``, at most ``max_count``,
@@ -88,6 +89,7 @@ class ConsumeQueues:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.files_lock = threading.Lock()  # as CommitLog.files_lock: flushes run in their own thread
         if self.root.is_dir():
             for topic_dir in self.root.iterdir():
                 for q in topic_dir.iterdir():
@@ -101,19 +103,25 @@ class ConsumeQueues:
         return cq
 
     def flush(self) -> None:
-        for cq in self.queues.values():
-            cq.flush()
+        with self.files_lock:
+            for cq in list(self.queues.values()):
+                cq.flush()
 
     def take_pending(self) -> list[tuple[ConsumeQueue, int, bytes]]:
         return [(cq, *taken) for cq in self.queues.values() if (taken := cq.take_pending())]
 
     def reset(self) -> None:
         """Drop every queue (before a rebuild from the commit log)."""
-        self.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root.mkdir(parents=True, exist_ok=True)
+        with self.files_lock:
+            self._close()
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root.mkdir(parents=True, exist_ok=True)
 
     def close(self) -> None:
+        with self.files_lock:
+            self._close()
+
+    def _close(self) -> None:
         for cq in self.queues.values():
             cq.close()
         self.queues = {}

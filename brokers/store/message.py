@@ -61,9 +61,10 @@ def decode_properties(raw: bytes) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=4096)
 def _ip(host: str) -> bytes:
+    """The IPv4 address in a host string (dotted quad, as inet_pton reads it), or zeros."""
     try:
-        return socket.inet_aton(host)
-    except OSError:
+        return socket.inet_pton(socket.AF_INET, host)
+    except (OSError, ValueError):
         return b"\0\0\0\0"
 
 
@@ -97,21 +98,66 @@ def record_size(topic: bytes, body: bytes, properties: bytes) -> int:
     return FIXED_SIZE + len(body) + len(topic) + len(properties)
 
 
+class IllegalMessage(ValueError):
+    """A message the store refuses; ``status`` is its PutMessageStatus name."""
+
+    def __init__(self, detail: str, status: str = "MESSAGE_ILLEGAL"):
+        super().__init__(detail)
+        self.status = status
+
+
 @functools.lru_cache(maxsize=4096)
 def _topic_bytes(topic: str) -> bytes:
-    raw = topic.encode()
+    try:
+        raw = topic.encode()
+    except UnicodeEncodeError:
+        raise IllegalMessage("topic must be valid UTF-8") from None
     if not raw or len(raw) > MAX_TOPIC_LENGTH:
-        raise ValueError(f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes")
+        raise IllegalMessage(f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes")
     return raw
 
 
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+# The integer fields of a record and their ranges, in the order they are checked.
+INT_FIELDS = (("queue_id", 0, _INT32[1]), ("flag", *_INT32), ("sys_flag", *_INT32), ("born_timestamp", *_INT64),
+              ("reconsume_times", *_INT32), ("prepared_transaction_offset", *_INT64))
+
+
 def validate(msg: Message) -> tuple[bytes, bytes]:
-    """The encoded topic and properties, or ValueError (MESSAGE_ILLEGAL / PROPERTIES_SIZE_EXCEEDED)."""
+    """The encoded topic and properties, or IllegalMessage: every field must fit its place in the
+    record (a refusal answers one send; a field that does not fit must never reach the writer)."""
+    if not isinstance(msg.topic, str):
+        raise IllegalMessage("topic must be a string")
     topic = _topic_bytes(msg.topic)
-    props = encode_properties(msg.properties)
+    try:
+        props = encode_properties(msg.properties)
+    except UnicodeEncodeError:
+        raise IllegalMessage("properties must be valid UTF-8") from None
+    except (AttributeError, TypeError, ValueError):
+        raise IllegalMessage("properties must be a mapping") from None
     if len(props) > MAX_PROPERTIES_LENGTH:
-        raise ValueError(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes")
+        raise IllegalMessage(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes", "PROPERTIES_SIZE_EXCEEDED")
+    if not isinstance(msg.body, bytes | bytearray):
+        raise IllegalMessage("body must be bytes")
+    for name, lo, hi in INT_FIELDS:
+        value = getattr(msg, name)
+        if not isinstance(value, int) or not lo <= value <= hi:
+            raise IllegalMessage(f"{name} must be an integer from {lo} to {hi}")
+    for name in ("born_host", "store_host"):
+        host = getattr(msg, name)
+        if not (isinstance(host, tuple) and len(host) == 2 and isinstance(host[0], str) and isinstance(host[1], int)
+                and _INT32[0] <= host[1] <= _INT32[1]):
+            raise IllegalMessage(f"{name} must be a (host, port) pair")
     return topic, props
+
+
+def tags_of(properties: Mapping[str, str]) -> str | None:
+    """The TAGS property as the consume queue hashes it (a non-string value by its str())."""
+    tags = properties.get("TAGS")
+    if not tags:
+        return None
+    return tags if isinstance(tags, str) else format(tags)
 
 
 def record_tail(topic: bytes, props: bytes) -> bytes:
@@ -134,7 +180,7 @@ def encode(msg: Message, *, queue_offset: int, physical_offset: int, store_times
     """The record of ``msg``; pass ``topic``/``props`` from ``validate`` to skip validating twice."""
     if topic is None or props is None:
         topic, props = validate(msg)
-    body = msg.body if isinstance(msg.body, bytes) else bytes(msg.body)
+    body = bytes(msg.body)
     tail = record_tail(topic, props)
     size = _HEAD_BODY_LEN.size + len(body) + len(tail)
     return b"".join((encode_head(msg, size, body_crc(body), queue_offset, physical_offset, store_timestamp), body, tail))

@@ -27,57 +27,33 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import chain
+from operator import itemgetter
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from ..tasks import cancel_and_wait
+from . import codec
+from .codec import Entries, Record
 from .commitlog import CommitLog, RecoveryReport, Writes
-from .consumequeue import ConsumeQueue, ConsumeQueues, tags_code
+from .consumequeue import ConsumeQueues, tags_code
 from .files import write_json_atomically
-from .message import (
-    END_FILE_MIN_BLANK_LENGTH,
-    HEAD_BODY_SIZE,
-    Blank,
-    CorruptRecord,
-    Message,
-    body_crc,
-    decode,
-    encode_head,
-    record_tail,
-    validate,
-)
+from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, decode, tags_of
+from .results import PutMessageStatus, PutResult
+
+__all__ = ["FlushDiskType", "MessageStore", "PutMessageStatus", "PutResult", "ReplicaGate", "StoreConfig"]
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL_S = 0.5
+PAGE_SIZE = 4096
+_SIZE = itemgetter(2)  # a prepared record's size (codec.Record)
+WRITE_JOBS_IN_FLIGHT = 2  # the loop encodes the next batch while the I/O thread writes this one
 
 
 class FlushDiskType(StrEnum):
     SYNC_FLUSH = "SYNC_FLUSH"
     ASYNC_FLUSH = "ASYNC_FLUSH"
-
-
-class PutMessageStatus(StrEnum):
-    """Reference §4.4 (the ones this store produces)."""
-
-    PUT_OK = "PUT_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"  # stored; replicas did not ack in time
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"  # stored; no replica to wait for
-    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
-    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
-    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
-    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"  # refused before writing
-    UNKNOWN_ERROR = "UNKNOWN_ERROR"
-
-
-class PutResult(NamedTuple):  # a tuple: one is built per message stored, and tuples are cheapest
-    status: PutMessageStatus
-    physical_offset: int = -1
-    queue_offset: int = -1
-    size: int = 0
-    store_timestamp: int = 0
-    detail: str = ""
 
 
 class ReplicaGate(Protocol):
@@ -95,12 +71,11 @@ class StoreConfig:
     store_path_root_dir: Path
     mapped_file_size_commit_log: int = 1 << 30
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
-    flush_interval_commit_log: int = 500  # ms, ASYNC_FLUSH
+    flush_interval_commit_log: int = 500  # ms, ASYNC_FLUSH: the flush thread waits at most this long
+    flush_commit_log_least_pages: int = 4  # ASYNC_FLUSH: flush once this many 4 KB pages are unflushed
+    flush_commit_log_thorough_interval: int = 10_000  # ms: then flush whatever is unflushed
     max_batch: int = 4096  # records per group commit
     max_pending: int = 65536  # back-pressure: put_message waits beyond this
-
-
-Entries = list[tuple[ConsumeQueue, int, bytes]]  # consume-queue writes: (queue, first queue offset, entries)
 
 
 class MessageStore:
@@ -112,12 +87,17 @@ class MessageStore:
         self.checkpoint_path = root / "checkpoint"
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-io")
         self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
+        self._flushes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-flush")  # ASYNC_FLUSH
+        self._written: asyncio.Event | None = None  # set after each commit-log write: wakes the flusher
         self._queue: asyncio.Queue | None = None
+        self._acks: asyncio.Queue | None = None  # (write job, batch, results) in log order
+        self._write_slots: asyncio.Semaphore | None = None
+        self._write_error: BaseException | None = None  # set by the I/O thread: later jobs write nothing
         self._tasks: list[asyncio.Task] = []
         self.running = False
         self.recovery: RecoveryReport | None = None
         # Counters for operators and tests: group commit shows as batches << messages.
-        self.stats = {"messages": 0, "batches": 0, "fsyncs": 0}
+        self.stats = {"messages": 0, "batches": 0, "fsyncs": 0, "flushes": 0}  # fsyncs: SYNC_FLUSH; flushes: ASYNC
         # Role-dependent behaviour, set by the broker (and by role changes).
         self.writable = True  # False on a slave or a fenced broker: sends get SERVICE_NOT_AVAILABLE
         self.not_writable_reason = ""
@@ -177,7 +157,7 @@ class MessageStore:
             taken = cq.take_pending()  # earlier entries of this queue were published: write them first
             if taken:
                 cq.write(*taken)
-        cq.add(offset, size, tags_code(msg.properties.get("TAGS")))
+        cq.add(offset, size, tags_code(tags_of(msg.properties)))
         if not publish:
             self._parked.append((offset + size, [(cq, *cq.take_pending())]))
 
@@ -185,7 +165,12 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         report = await loop.run_in_executor(self._io, self.recover)
         self._queue = asyncio.Queue(self.config.max_pending)
+        self._write_slots = asyncio.Semaphore(WRITE_JOBS_IN_FLIGHT)
+        self._acks = asyncio.Queue()
+        self._write_error = None
+        self._written = asyncio.Event()
         self._tasks = [loop.create_task(self._writer(), name="store-writer"),
+                       loop.create_task(self._acker(), name="store-acker"),
                        loop.create_task(self._checkpointer(), name="store-checkpoint")]
         if self.config.flush_disk_type is FlushDiskType.ASYNC_FLUSH:
             self._tasks.append(loop.create_task(self._flusher(), name="store-flusher"))
@@ -197,6 +182,7 @@ class MessageStore:
         await cancel_and_wait(*self._tasks)
         loop = asyncio.get_running_loop()
         self._reads.shutdown(wait=True)
+        self._flushes.shutdown(wait=True)
         await loop.run_in_executor(self._io, self._close)
         self._io.shutdown(wait=True)
 
@@ -270,28 +256,15 @@ class MessageStore:
             refusal, need_acks = gate.precheck()
             if refusal is not None:
                 return [PutResult(refusal, detail="in-sync replicas not enough")] * len(messages)
-        results: list[PutResult | None] = [None] * len(messages)
-        accepted: list[int] = []
-        records: list[tuple[Message, bytes, int]] = []  # (message, record tail, record size)
         limit = self.config.mapped_file_size_commit_log - END_FILE_MIN_BLANK_LENGTH
-        for i, msg in enumerate(messages):
-            try:
-                topic, props = validate(msg)
-            except ValueError as exc:
-                status = (PutMessageStatus.PROPERTIES_SIZE_EXCEEDED if "properties" in str(exc)
-                          else PutMessageStatus.MESSAGE_ILLEGAL)
-                results[i] = PutResult(status, detail=str(exc))
-                continue
-            tail = record_tail(topic, props)
-            size = HEAD_BODY_SIZE + len(msg.body) + len(tail)
-            if size > limit:
-                results[i] = PutResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                       detail=f"a {size}-byte record does not fit a commit-log segment")
-                continue
-            accepted.append(i)
-            records.append((msg, tail, size))
+        records, rejects = codec.prepare(messages, limit)  # validated, each with its record's size
+        if rejects:
+            results: list[PutResult | None] = [None] * len(messages)
+            for i, status, detail in rejects:
+                results[i] = PutResult(PutMessageStatus(status), detail=detail)
+            accepted = [i for i, r in enumerate(results) if r is None]
         if not records:
-            return results  # type: ignore[return-value]
+            return results if rejects else []  # type: ignore[return-value]
         fut = asyncio.get_running_loop().create_future()
         await self._queue.put((records, fut))
         stored = await fut
@@ -303,25 +276,30 @@ class MessageStore:
             status = await gate.wait(last.physical_offset + last.size, need_acks)
             if status is not PutMessageStatus.PUT_OK:
                 stored = [r._replace(status=status) if r.status is PutMessageStatus.PUT_OK else r for r in stored]
-        if len(accepted) == len(messages):
+        if not rejects:
             return stored
         for i, result in zip(accepted, stored, strict=True):
             results[i] = result
         return results  # type: ignore[return-value]
 
     async def _writer(self) -> None:
+        """Takes what is queued (a batch), places and encodes it on the loop, and hands its writes to
+        the I/O thread without waiting for them: while the thread writes one batch the loop encodes
+        the next (at most WRITE_JOBS_IN_FLIGHT jobs queued). ``_acker`` answers the sends in order."""
         loop = asyncio.get_running_loop()
         sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         while True:
+            await self._write_slots.acquire()
             batch = [await self._queue.get()]
             count = len(batch[0][0])
             while count < self.config.max_batch and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
                 count += len(batch[-1][0])
-            records = [r for rs, _ in batch for r in rs]
+            records = list(chain.from_iterable(rs for rs, _ in batch))
+            job: asyncio.Future | None = None
             try:
-                if not self.writable:  # demoted while these waited in the queue
-                    raise _NotWritable(self.not_writable_reason)
+                if not self.writable or not self.running:  # demoted (or failed) while these waited
+                    raise _NotWritable(self.not_writable_reason or "the store is not running")
                 # Placing and encoding is CPU work: here, on the loop (a second Python thread would
                 # only contend for the GIL). The writes and the fsync release the GIL: I/O thread.
                 flat, writes, entries = self._place(records)
@@ -330,17 +308,27 @@ class MessageStore:
                 self._reput_offset = end
                 if self.follow_max:
                     self.confirm_offset = end  # written by the job below, before its entries
-                await loop.run_in_executor(self._io, self._write, writes, self._release(), sync)
-                self._notify_written()
+                job = loop.run_in_executor(self._io, self._write, writes, self._release(), sync)
             except _NotWritable as exc:
                 flat = [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=str(exc))] * len(records)
             except Exception as exc:
-                # An I/O error mid-batch: stop taking writes (fenced) rather than risk consume-queue
-                # entries that point past the log; a restart's recovery rebuilds a consistent store.
-                self.running = False
-                log.exception("commit-log write failed; the store stops taking writes")
-                flat = [PutResult(PutMessageStatus.UNKNOWN_ERROR, detail=str(exc))] * len(records)
-            self.stats["messages"] += len(records)
+                flat = self._failed(exc, len(records))
+            self._acks.put_nowait((job, batch, flat))
+
+    async def _acker(self) -> None:
+        """Answers each batch's sends once its write job is done (in the order they were written: a
+        send is acknowledged only when everything before it is on disk too)."""
+        while True:
+            job, batch, flat = await self._acks.get()
+            try:
+                if job is not None:
+                    await job
+                    self._notify_written()
+            except Exception as exc:
+                flat = self._failed(exc, len(flat))
+            finally:
+                self._write_slots.release()
+            self.stats["messages"] += len(flat)
             self.stats["batches"] += 1
             at = 0
             for rs, fut in batch:
@@ -348,45 +336,77 @@ class MessageStore:
                     fut.set_result(flat[at:at + len(rs)])
                 at += len(rs)
 
+    def _failed(self, exc: BaseException, count: int) -> list[PutResult]:
+        # An I/O error mid-batch: stop taking writes (fenced) rather than risk consume-queue entries
+        # that point past the log; a restart's recovery rebuilds a consistent store.
+        if self.running:
+            log.error("commit-log write failed; the store stops taking writes", exc_info=exc)
+        self.running = False
+        return [PutResult(PutMessageStatus.UNKNOWN_ERROR, detail=str(exc))] * count
+
     def _notify_written(self) -> None:
+        if self._written is not None:
+            self._written.set()
         for listener in list(self.write_listeners):
             listener()
 
-    def _place(self, records: list[tuple[Message, bytes, int]]) -> tuple[list[PutResult], Writes, Entries]:
-        """Give a batch of validated (message, record tail, size) records their physical and queue
-        offsets and encode them; no I/O. Returns the results and what ``_write`` must write."""
+    def _place(self, records: list[Record]) -> tuple[list[PutResult], Writes, Entries]:
+        """Give a batch of prepared records (``codec.prepare``) their physical and queue offsets and
+        encode them, a run per segment; no I/O. Returns the results and what ``_write`` must write."""
         now = int(time.time() * 1000)
-        queues = self.consume_queues.queues
-        get_queue = self.consume_queues.get
-        queue_offsets: list[int] = []
+        results: list[PutResult] = []
+        entries = self.consume_queues.take_pending()
+        queues, get_queue = self.consume_queues.queues, self.consume_queues.get
 
-        def make(i: int, physical: int) -> tuple[bytes, bytes, bytes]:
-            msg, tail, size = records[i]
-            cq = queues.get((msg.topic, msg.queue_id)) or get_queue(msg.topic, msg.queue_id)
-            qo = cq.add(physical, size, tags_code(msg.properties.get("TAGS")))
-            queue_offsets.append(qo)
-            body = msg.body
-            return encode_head(msg, size, body_crc(body), qo, physical, now), body, tail
+        def encode(start: int, stop: int, physical: int) -> bytes:
+            buf, placed, run_entries = codec.encode_run(records, start, stop, physical, now, queues, get_queue)
+            results.extend(placed)
+            entries.extend(run_entries)
+            return buf
 
-        offsets, writes = self.commit_log.place_batch([r[2] for r in records], make)
-        ok = PutMessageStatus.PUT_OK
-        results = [PutResult(ok, off, qo, r[2], now) for off, qo, r in zip(offsets, queue_offsets, records, strict=True)]
-        return results, writes, self.consume_queues.take_pending()
+        writes = self.commit_log.place_batch(list(map(_SIZE, records)), encode)
+        return results, writes, entries
 
     def _write(self, writes: Writes, entries: Entries, sync: bool) -> None:
         """Blocking (I/O thread): the commit-log writes, then (SYNC_FLUSH) one fsync for the whole
-        batch, then the consume-queue entries, so an entry never points at bytes not yet written."""
-        self.commit_log.write(writes)
+        batch, then the consume-queue entries, so an entry never points at bytes not yet written.
+        After a failed job the jobs queued behind it write nothing: their bytes would follow a hole."""
+        if self._write_error is not None:
+            raise OSError(f"an earlier commit-log write failed: {self._write_error}")
+        try:
+            self.commit_log.write(writes)
+        except BaseException as exc:
+            self._write_error = exc
+            raise
         if sync:
             self.commit_log.flush()  # one fsync acknowledges the whole batch (group commit)
             self.stats["fsyncs"] += 1
         self._write_entries(entries)
 
     async def _flusher(self) -> None:
+        """ASYNC_FLUSH, as RocketMQ's FlushRealTimeService: woken after every write (or after
+        flushIntervalCommitLog), it flushes once flushCommitLogLeastPages pages are unflushed, and
+        everything every flushCommitLogThoroughInterval. It has its own thread, so the disk's
+        write-back runs alongside the writes instead of stalling them."""
         loop = asyncio.get_running_loop()
+        config = self.config
+        least = config.flush_commit_log_least_pages * PAGE_SIZE
+        flushed, thorough_at = self.max_offset, time.monotonic()
         while True:
-            await asyncio.sleep(self.config.flush_interval_commit_log / 1000)
-            await loop.run_in_executor(self._io, self._flush_all)
+            try:
+                await asyncio.wait_for(self._written.wait(), config.flush_interval_commit_log / 1000)
+            except TimeoutError:
+                pass
+            self._written.clear()
+            end, now = self.max_offset, time.monotonic()
+            thorough = now - thorough_at >= config.flush_commit_log_thorough_interval / 1000
+            if end - flushed < least and not (thorough and end != flushed):
+                continue
+            await loop.run_in_executor(self._flushes, self._flush_all)
+            self.stats["flushes"] += 1
+            flushed = end
+            if thorough:
+                thorough_at = now
 
     def _flush_all(self) -> None:
         self.commit_log.flush()

@@ -14,9 +14,21 @@ SEGMENT = 4096
 
 
 def write(log: CommitLog, bodies: list[bytes], topic: str = "T") -> list[int]:
+    """Append records of these bodies; their physical offsets."""
     msgs = [m.Message(topic, 0, b) for b in bodies]
     sizes = [m.record_size(topic.encode(), b, b"") for b in bodies]
-    return log.append_batch(sizes, lambda i, off: (m.encode(msgs[i], queue_offset=i, physical_offset=off, store_timestamp=1),))
+    offsets: list[int] = []
+
+    def encode(start: int, stop: int, physical: int) -> bytes:  # a run: records [start, stop) from physical
+        run = []
+        for i in range(start, stop):
+            offsets.append(physical)
+            run.append(m.encode(msgs[i], queue_offset=i, physical_offset=physical, store_timestamp=1))
+            physical += sizes[i]
+        return b"".join(run)
+
+    log.append_batch(sizes, encode)
+    return offsets
 
 
 def test_records_roll_into_a_new_segment_with_a_blank_tail(tmp_path):

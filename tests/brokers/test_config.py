@@ -21,6 +21,7 @@ def test_a_valid_config_is_typed_with_rocketmq_defaults():
     assert (c.brokerClusterName, c.listenPort, c.haListenPort, c.brokerHeartbeatInterval) == ("DefaultCluster", 10911,
                                                                                               10912, 1000)
     assert c.broker_addr == "127.0.0.1:10911"
+    assert (c.flushIntervalCommitLog, c.flushCommitLogLeastPages, c.flushCommitLogThoroughInterval) == (500, 4, 10000)
 
 
 @pytest.mark.parametrize(
@@ -40,6 +41,8 @@ def test_a_valid_config_is_typed_with_rocketmq_defaults():
         ({"controlPlaneUrl": "127.0.0.1:8000"}, "controlPlaneUrl: must start with http"),
         ({"controlPlaneToken": ""}, "controlPlaneToken: required"),
         ({"mappedFileSizeCommitLog": "100"}, "mappedFileSizeCommitLog: must be at least 4096"),
+        ({"flushCommitLogLeastPages": "-1"}, "flushCommitLogLeastPages: must be >= 0"),
+        ({"flushCommitLogThoroughInterval": "0"}, "flushCommitLogThoroughInterval: must be > 0"),
     ],
 )
 def test_each_problem_is_named(change, problem):

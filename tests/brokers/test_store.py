@@ -10,6 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from brokers.store import codec
 from brokers.store.message import Message
 from brokers.store.store import FlushDiskType, MessageStore, PutMessageStatus, StoreConfig
 
@@ -20,7 +23,18 @@ def store(root: Path, flush=FlushDiskType.ASYNC_FLUSH, segment=64 * 1024) -> Mes
     return MessageStore(StoreConfig(root, mapped_file_size_commit_log=segment, flush_disk_type=flush))
 
 
-def test_messages_come_back_in_queue_order_across_segments_and_restarts(tmp_path):
+@pytest.fixture(params=["native", "python"])
+def codec_impl(request, monkeypatch):
+    """Run a test with each codec: the native one (the default) and the pure-Python reference."""
+    if request.param == "python":
+        monkeypatch.setattr(codec, "prepare", codec.py_prepare)
+        monkeypatch.setattr(codec, "encode_run", codec.py_encode_run)
+    else:
+        assert codec.IMPLEMENTATION == "native"
+    return request.param
+
+
+def test_messages_come_back_in_queue_order_across_segments_and_restarts(tmp_path, codec_impl):
     def body(i: int) -> bytes:
         return f"{i:06d}".encode() + b"x" * 300
 
@@ -60,6 +74,76 @@ def test_sync_flush_acknowledges_many_sends_with_one_fsync(tmp_path):
 
     stats = asyncio.run(scenario())
     assert stats["messages"] == 2000 and stats["fsyncs"] == stats["batches"] < 2000 / 10
+
+
+def test_async_flush_flushes_once_enough_pages_are_written_without_waiting_for_the_interval(tmp_path):
+    async def scenario():
+        # An interval and a thorough interval far beyond the test: only the wake-up after a write
+        # (flushCommitLogLeastPages = 4 pages) can make the flush thread flush.
+        s = MessageStore(StoreConfig(tmp_path, mapped_file_size_commit_log=1 << 20, flush_interval_commit_log=600_000,
+                                     flush_commit_log_thorough_interval=600_000))
+        await s.start()
+        await s.put_message(Message("T", 0, b"x" * 1000))  # less than 4 pages: not flushed yet
+        await asyncio.sleep(0.3)
+        before = s.stats["flushes"]
+        await asyncio.gather(*(s.put_message(Message("T", 0, b"x" * 4096)) for _ in range(5)))
+        deadline = time.monotonic() + 30
+        while s.stats["flushes"] == before and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        after = s.stats["flushes"]
+        dirty = [seg.dirty for seg in s.commit_log.segments]
+        await s.shutdown()
+        return before, after, dirty
+
+    before, after, dirty = asyncio.run(scenario())
+    assert before == 0 and after >= 1 and dirty == [False]
+
+
+def test_async_flush_flushes_a_small_tail_after_the_thorough_interval(tmp_path):
+    async def scenario():
+        s = MessageStore(StoreConfig(tmp_path, mapped_file_size_commit_log=1 << 20, flush_interval_commit_log=50,
+                                     flush_commit_log_thorough_interval=200))
+        await s.start()
+        await s.put_message(Message("T", 0, b"small"))
+        deadline = time.monotonic() + 30
+        while s.stats["flushes"] == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        flushes = s.stats["flushes"]
+        await s.shutdown()
+        return flushes
+
+    assert asyncio.run(scenario()) >= 1
+
+
+def test_after_a_failed_write_nothing_more_is_acknowledged_and_a_restart_keeps_every_acknowledged_message(tmp_path):
+    async def scenario():
+        # Small batches: many write jobs, two of them in flight at the I/O thread at a time.
+        s = MessageStore(StoreConfig(tmp_path, mapped_file_size_commit_log=1 << 20, max_batch=50))
+        await s.start()
+        first = await asyncio.gather(*(s.put_message(Message("T", 0, f"ok{i}".encode())) for i in range(100)))
+        assert all(r.status is PutMessageStatus.PUT_OK for r in first)
+        # A real I/O error: the segment's descriptor now refers to the file opened read-only, so the
+        # next pwritev fails with EBADF, while sends keep arriving (several batches in the pipeline).
+        seg = s.commit_log.segments[-1]
+        read_only = os.open(seg.path, os.O_RDONLY)
+        os.dup2(read_only, seg.fd)
+        os.close(read_only)
+        later = await asyncio.gather(*(s.put_message(Message("T", 0, f"late{i}".encode())) for i in range(2000)))
+        running, stats = s.running, dict(s.stats)
+        await s.shutdown()
+        again = store(tmp_path, segment=1 << 20)
+        await again.start()
+        bodies = [g.body for g in await again.get_messages("T", 0, 0, 10_000)]
+        await again.shutdown()
+        return later, running, stats, bodies
+
+    later, running, stats, bodies = asyncio.run(scenario())
+    statuses = {r.status for r in later}
+    assert PutMessageStatus.PUT_OK not in statuses and PutMessageStatus.UNKNOWN_ERROR in statuses
+    assert statuses <= {PutMessageStatus.UNKNOWN_ERROR, PutMessageStatus.SERVICE_NOT_AVAILABLE}
+    assert not running  # fenced: the store takes no more writes until a restart recovers it
+    assert stats["batches"] == 2 + 2000 // 50  # the later sends went through many jobs, not one
+    assert bodies == [f"ok{i}".encode() for i in range(100)]
 
 
 def test_illegal_messages_are_refused_without_writing(tmp_path):
