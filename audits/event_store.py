@@ -15,7 +15,6 @@ duplicate. The buffer is bounded (AUDIT_EVENTS_BUFFER_MAX_BATCHES): beyond it re
 
 from __future__ import annotations
 
-import os
 import secrets
 import uuid
 from collections import defaultdict
@@ -29,6 +28,7 @@ from rest_framework import status
 from controlplane.errors import ApiError, ResponseCode
 from controlplane.redis import LUA_NOW_MS, async_client, key, sync_client
 from spark_jobs.schema import COLUMNS, PARTITION_COLUMN, arrow_schema, queue_key
+from spark_jobs.schema import filesystem as store_filesystem
 
 from .events import OffsetEventBatch
 
@@ -92,15 +92,6 @@ def _decode(item: str) -> tuple[int, OffsetEventBatch]:
 # --- writing Parquet ------------------------------------------------------------------------------
 
 
-def _filesystem(uri: str):
-    """(pyarrow filesystem, base path) for a folder or a URI."""
-    from pyarrow import fs
-
-    if "://" in uri:
-        return fs.FileSystem.from_uri(uri)
-    return fs.LocalFileSystem(), os.path.abspath(uri)
-
-
 def rows_by_date(items: Iterable[tuple[int, OffsetEventBatch]]) -> dict[str, dict[str, list]]:
     """Column lists per ``event_date`` (UTC date of the commit)."""
     names = [n for n, _ in COLUMNS]
@@ -137,7 +128,7 @@ def write_parquet(uri: str, file_stem: str, columns_by_date: dict[str, dict[str,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    filesystem, base = _filesystem(uri)
+    filesystem, base = store_filesystem(uri)
     schema = arrow_schema()
     written = []
     for date, cols in sorted(columns_by_date.items()):

@@ -118,6 +118,8 @@ def job_command(run_id: int) -> list[str]:
         "--lookback-days",
         str(settings.AUDIT_LOOKBACK_DAYS),
     ]
+    if settings.AUDIT_SPARK_REMOTE:
+        cmd += ["--remote", settings.AUDIT_SPARK_REMOTE, "--token-file", settings.AUDIT_SPARK_TOKEN_FILE]
     for conf in settings.AUDIT_SPARK_CONF:
         cmd += ["--conf", conf]
     return cmd

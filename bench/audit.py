@@ -4,15 +4,21 @@ rollback detection as one Postgres window query over the same rows.
     DATABASE_URL=... .venv/bin/python bench/audit.py [--events 10000000] [--master local[2]]
 
 Generates the events (numpy + pyarrow) with a known number of rollbacks, writes them as the control
-plane's event store does (Parquet, partitioned by date), runs the audit job as operators run it
-(``python -m spark_jobs.offset_audit``, its own JVM) at 1 M and at N events, loads the N events into
-a Postgres table (COPY; timed apart, not in postgres_s: in production the events are not in Postgres)
-and times the window query, partitioned by the same queue key as the job (and, printed to stderr,
-by the four names). All must find the same rollbacks.
+plane's event store does (Parquet, partitioned by date), and runs the audit job as the control plane
+runs it (``python -m spark_jobs.offset_audit``, a process per run) on the resident Spark the demo
+deploys (``python -m spark_jobs.server``: started, warmed by its own small audit, and timed apart
+as spark_server_start_s) at 1 M and at N events; then once more at N events with a Spark session of
+the job's own (JVM start and warm-up included, as without a resident server). Loads the N events
+into a Postgres table (COPY; timed apart, not in postgres_s: in production the events are not in
+Postgres) and times the window query twice, on a server as warm as the resident Spark: partitioned
+by the same 64-bit queue key as the job (postgres_s, the strict baseline) and by the four names the
+issue states the rule with (postgres_by_names_s). All must find the same rollbacks.
 
-Last line, one JSON object: events, spark_total_s (the whole job process, JVM start included),
+Last line, one JSON object: events, spark_total_s (the whole job process on the resident Spark),
 spark_job_s (without the session start), postgres_s, spark_vs_postgres (= postgres_s /
-spark_total_s), events_per_s_1m and events_per_s_10m (events / spark_job_s of each run).
+spark_total_s), postgres_by_names_s, spark_vs_postgres_by_names, events_per_s_1m and
+events_per_s_10m (events / spark_job_s of each run), spark_server_start_s, and the own-session run's
+spark_total_own_session_s, spark_job_own_session_s and spark_vs_postgres_own_session.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import io
 import json
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -134,29 +141,36 @@ def record_elections(db_url: str) -> None:
             )
 
 
-def run_spark(db_url: str, folder: Path, master: str) -> tuple[float, float, int, int]:
-    """(total s, job s, events, rollbacks) of one job run in its own process."""
-    env = {**bench_env("audit"), "DATABASE_URL": db_url}
+def start_server(master: str, work: Path) -> tuple[subprocess.Popen, str, Path, float]:
+    """The resident Spark (spark_jobs/server.py) until it is warm: (process, URL, token file, s)."""
+    token_file, log_path = work / "audit-spark.token", work / "audit-spark.log"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "spark_jobs.server", "--master", master, "--port", str(port), "--token-file", str(token_file)]
     started = time.monotonic()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_jobs.offset_audit",
-            "--events-uri",
-            str(folder),
-            "--master",
-            master,
-            "--lookback-days",
-            "0",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    while b"ready sc://" not in log_path.read_bytes():
+        if proc.poll() is not None or time.monotonic() - started > 300:
+            proc.kill()
+            raise SystemExit(f"the resident Spark did not start:\n{log_path.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.1)
+    return proc, f"sc://localhost:{port}", token_file, time.monotonic() - started
+
+
+def run_spark(db_url: str, folder: Path, master: str, remote: tuple[str, Path] | None) -> tuple[float, float, int, int]:
+    """(total s, job s, events, rollbacks) of one job run in its own process, on the resident Spark
+    ``remote`` (URL, token file) or, without one, on a session of its own."""
+    env = {**bench_env("audit"), "DATABASE_URL": db_url}
+    cmd = [sys.executable, "-m", "spark_jobs.offset_audit", "--events-uri", str(folder), "--master", master]
+    cmd += ["--lookback-days", "0"]
+    if remote:
+        cmd += ["--remote", remote[0], "--token-file", str(remote[1])]
+    started = time.monotonic()
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     total = time.monotonic() - started
-    if out.returncode != 0:
+    if out.returncode != 0 or (remote and "runs on it" not in out.stdout):
         raise SystemExit(f"the audit job failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
     m = re.search(r"TIMINGS session_s=([\d.]+) job_s=([\d.]+) events=(\d+)", out.stdout)
     with psycopg.connect(db_url) as conn:
@@ -216,7 +230,10 @@ def main() -> None:
     record_elections(db_url)
     work = Path(tempfile.mkdtemp(prefix="bench-audit-"))
     t0 = int(time.time() * 1000) - 3_600_000
+    server = None
     try:
+        server, url, token_file, server_s = start_server(args.master, work)
+        print(f"resident Spark ({args.master}) started and warm in {server_s:.1f} s", file=sys.stderr, flush=True)
         results = {}
         for n in (1_000_000, args.events):
             folder = work / f"events-{n}"
@@ -227,15 +244,22 @@ def main() -> None:
                 file=sys.stderr,
                 flush=True,
             )
-            total, job, scanned, found = run_spark(db_url, folder, args.master)
+            total, job, scanned, found = run_spark(db_url, folder, args.master, (url, token_file))
             assert scanned == n and found == expected, (scanned, n, found, expected)
             print(
-                f"spark {args.master}: {n:,} events, {found} rollbacks, total {total:.1f} s, job {job:.1f} s",
+                f"spark {args.master}, resident: {n:,} events, {found} rollbacks, total {total:.1f} s, job {job:.1f} s",
                 file=sys.stderr,
                 flush=True,
             )
             results[n] = (total, job, folder, expected)
         total, job, folder, expected = results[args.events]
+        own_total, own_job, scanned, found = run_spark(db_url, folder, args.master, None)
+        assert scanned == args.events and found == expected, (scanned, found, expected)
+        print(
+            f"spark {args.master}, own session: {args.events:,} events, total {own_total:.1f} s, job {own_job:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         started = time.monotonic()
         load_postgres(db_url, folder)
         print(
@@ -257,6 +281,9 @@ def main() -> None:
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("DROP TABLE IF EXISTS bench_offset_events")
     finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=60)
         shutil.rmtree(work, ignore_errors=True)
     print(
         json.dumps(
@@ -266,8 +293,14 @@ def main() -> None:
                 "spark_job_s": round(job, 2),
                 "postgres_s": round(postgres_s, 2),
                 "spark_vs_postgres": round(postgres_s / total, 2),
+                "postgres_by_names_s": round(names_s, 2),
+                "spark_vs_postgres_by_names": round(names_s / total, 2),
                 "events_per_s_1m": round(1_000_000 / results[1_000_000][1]),
                 "events_per_s_10m": round(args.events / job),
+                "spark_server_start_s": round(server_s, 2),
+                "spark_total_own_session_s": round(own_total, 2),
+                "spark_job_own_session_s": round(own_job, 2),
+                "spark_vs_postgres_own_session": round(postgres_s / own_total, 2),
             }
         )
     )

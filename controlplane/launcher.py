@@ -650,6 +650,13 @@ def cmd_demo(port: int) -> int:
 
         ensure_port_free(port)  # re-check: setup took a while
         env = child_env()
+        # The audits' resident Spark (spark_jobs/server.py), unless one is configured: runs then skip
+        # starting and warming a JVM of their own.
+        own_audit_spark = not env.get("AUDIT_SPARK_REMOTE")
+        audit_spark_port = free_port()
+        if own_audit_spark:
+            env["AUDIT_SPARK_REMOTE"] = f"sc://localhost:{audit_spark_port}"
+            env.setdefault("AUDIT_SPARK_TOKEN_FILE", str(DATA_DIR / "audit-spark.token"))
         py = sys.executable
         beat_schedule = DATA_DIR / "celerybeat-schedule"
         uvicorn = "-m uvicorn controlplane.asgi:application --host 127.0.0.1 --port"
@@ -659,6 +666,10 @@ def cmd_demo(port: int) -> int:
             ("worker", [py, *"-m celery -A controlplane worker -l INFO --concurrency 2 -Q celery".split()]),
             ("beat", [py, *"-m celery -A controlplane beat -l INFO --schedule".split(), str(beat_schedule)]),
         ]
+        if own_audit_spark:
+            token_file = env["AUDIT_SPARK_TOKEN_FILE"]
+            server = [py, "-m", "spark_jobs.server", "--port", str(audit_spark_port), "--token-file", token_file]
+            specs.append(("audit-spark", server))
         for name, argv in specs:
             child = Child(name, argv, LOG_DIR / f"{name}.log")
             children.append(child)

@@ -207,6 +207,10 @@ AUDIT_EVENTS_BUFFER_MAX_BATCHES = int(os.environ.get("AUDIT_EVENTS_BUFFER_MAX_BA
 AUDIT_INTERVAL_SECONDS = float(os.environ.get("AUDIT_INTERVAL_SECONDS", "3600"))  # Celery beat: hourly
 AUDIT_SPARK_MASTER = os.environ.get("AUDIT_SPARK_MASTER", "local[*]")
 AUDIT_SPARK_CONF = [c for c in os.environ.get("AUDIT_SPARK_CONF", "").split(",") if c]  # "k=v,k=v"
+# A resident Spark (python -m spark_jobs.server) the audits run on, sc://localhost:PORT; empty: each
+# run starts its own. The launcher's demo starts one and sets both.
+AUDIT_SPARK_REMOTE = os.environ.get("AUDIT_SPARK_REMOTE", "")
+AUDIT_SPARK_TOKEN_FILE = os.environ.get("AUDIT_SPARK_TOKEN_FILE", str(DATA_DIR / "audit-spark.token"))
 AUDIT_LOOKBACK_DAYS = int(os.environ.get("AUDIT_LOOKBACK_DAYS", "7"))
 AUDIT_RUN_TIMEOUT_SECONDS = float(os.environ.get("AUDIT_RUN_TIMEOUT_SECONDS", "3600"))
 AUDIT_STALE_RUN_SECONDS = float(os.environ.get("AUDIT_STALE_RUN_SECONDS", "180"))

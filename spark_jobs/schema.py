@@ -68,6 +68,18 @@ PARTITION_COLUMN = "event_date"
 NULLABLE = frozenset({"queue_max_offset"})
 
 
+def filesystem(uri: str):
+    """(pyarrow filesystem, base path) of the store: a local folder, or any URI pyarrow reads
+    (s3://, gs://, hdfs://, file://). The control plane writes and the audit reads through it."""
+    import os
+
+    from pyarrow import fs
+
+    if "://" in uri:
+        return fs.FileSystem.from_uri(uri)
+    return fs.LocalFileSystem(), os.path.abspath(uri)
+
+
 def arrow_schema():
     import pyarrow as pa
 

@@ -21,6 +21,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 from audits import event_store
 from controlplane.models import ApiToken, Transition
 from tests.e2e.test_broker_membership import wait_for
+from tests.e2e.test_failover import group_views
 from tests.e2e.test_replication import Replica, send, stop_all
 from tests.procs import celery_worker_and_beat, uvicorn_server
 
@@ -98,13 +99,7 @@ def test_a_failover_onto_stale_offsets_is_reported_with_its_cause_and_size(tmp_p
                 )
             )
 
-        def info() -> dict:
-            resp = httpx.get(f"{base}/api/v1/controller/groups/group-a/replica-info", headers=admin, timeout=5)
-            return resp.json() if resp.status_code == 200 else {}
-
-        def master_of(state: dict) -> Replica | None:
-            addr = state.get("masterAddress")
-            return next((x for x in replicas if addr and addr.endswith(f":{x.listen_port}")), None)
+        info, master_of = group_views(base, admin, replicas)
 
         try:
             for r in replicas:
