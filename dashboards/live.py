@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import time
+import weakref
 
 from asgiref.sync import async_to_sync
 from channels.generic.websocket import AsyncWebsocketConsumer
@@ -67,12 +68,18 @@ def _merge(old: dict | None, new: dict) -> dict:
     return {**new, "data": {"reports": list(by_addr.values())}}
 
 
-_throttles: dict[int, _Throttle] = {}
+# Per event loop, held weakly: a loop's pending updates die with it. (Keyed by id(loop), a new loop
+# could reuse a closed loop's id and inherit a pending entry whose flush never comes, so that
+# group's updates would never be sent again.)
+_throttles: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Throttle] = weakref.WeakKeyDictionary()
 
 
 def _throttle() -> _Throttle:
     loop = asyncio.get_running_loop()
-    return _throttles.setdefault(id(loop), _Throttle())
+    throttle = _throttles.get(loop)
+    if throttle is None:
+        throttle = _throttles[loop] = _Throttle()
+    return throttle
 
 
 async def _send(message: dict) -> None:

@@ -4,7 +4,6 @@ elections), write permission; the live websocket and the water-level samples."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -23,6 +22,7 @@ from dashboards.models import WaterLevelSample
 from dashboards.permissions import OPERATORS_GROUP
 from nameserver import selectors as ns_selectors
 from nameserver import water_levels
+from tests.aio import run_scenario
 from tests.controller.helpers import CTL, addr, apply_body, heartbeat_body
 from tests.nameserver.helpers import NS, register_body
 
@@ -198,7 +198,7 @@ def test_the_live_websocket_pushes_state_changes_to_subscribed_pages(group):
         assert not connected
         await sync_to_async(connections.close_all)()
 
-    asyncio.run(scenario())
+    run_scenario(scenario)
 
 
 def test_water_levels_are_sampled_for_the_charts(group, settings):
