@@ -17,7 +17,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 from ..config import BrokerConfig
 from ..store.message import Message
 from ..store.offsets import ConsumerOffsets
-from ..store.store import MessageStore
+from ..store.store import MessageStore, PutMessageStatus
 from ..topics import TopicConfigManager
 from .codes import permission, send_code
 from .consumer import ConsumerSide
@@ -30,6 +30,10 @@ ROUTE_TIMEOUT_S = 3.0
 
 def _status(code: int, message: str = "") -> pb.Status:
     return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+_OK_CODE = pb.Code.OK
+_OK = _status(_OK_CODE)  # copied into each entry that carries it (protobuf messages are never shared)
 
 
 def _endpoints(addr: str) -> pb.Endpoints:
@@ -117,36 +121,55 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
     # --- sending ----------------------------------------------------------------------------------
 
     async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
+        """Validate every message (a batch is refused whole on the first bad one, as the proxy does),
+        store them in one call, answer one entry per message. Runs once per message sent: field reads
+        are hoisted, a batch's topic is checked once, and OK entries share one status."""
         if not request.messages:
             return spb.SendMessageResponse(status=_status(pb.Code.BAD_REQUEST, "no message"))
-        stored, entries = [], []
+        topics, next_queue = self.topics.topics, self._next_queue
+        stored, ids = [], []
+        checked_name, topic = None, None
         for m in request.messages:
-            topic = self.topics.topics.get(m.topic.name)
-            if topic is None:
-                return spb.SendMessageResponse(status=_status(pb.Code.TOPIC_NOT_FOUND, f"topic {m.topic.name} not found"))
-            if not m.body:
+            name = m.topic.name
+            if name != checked_name:
+                topic = topics.get(name)
+                if topic is None:
+                    return spb.SendMessageResponse(status=_status(pb.Code.TOPIC_NOT_FOUND, f"topic {name} not found"))
+                if topic.writeQueueNums < 1 or not topic.perm & 2:
+                    return spb.SendMessageResponse(status=_status(pb.Code.FORBIDDEN, f"topic {name} is not writeable"))
+                checked_name = name
+            body = m.body
+            if not body:
                 return spb.SendMessageResponse(status=_status(pb.Code.MESSAGE_BODY_EMPTY))
-            if len(m.body) > MAX_BODY_SIZE:
+            if len(body) > MAX_BODY_SIZE:
                 return spb.SendMessageResponse(status=_status(pb.Code.MESSAGE_BODY_TOO_LARGE))
-            if topic.writeQueueNums < 1 or not topic.perm & 2:
-                return spb.SendMessageResponse(status=_status(pb.Code.FORBIDDEN, f"topic {topic.topicName} is not writeable"))
             sp = m.system_properties
-            props = dict(m.user_properties)
-            props["UNIQ_KEY"] = sp.message_id
+            user = m.user_properties
+            props = dict(user) if user else {}
+            props["UNIQ_KEY"] = message_id = sp.message_id
             if sp.HasField("tag"):
                 props["TAGS"] = sp.tag
             if sp.keys:
                 props["KEYS"] = " ".join(sp.keys)
             props["BORN_HOST"] = sp.born_host
-            stored.append(Message(topic.topicName, next(self._next_queue) % topic.writeQueueNums, bytes(m.body), props,
-                                  born_timestamp=sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 10**6))
+            born = sp.born_timestamp
+            stored.append(Message(topic.topicName, next(next_queue) % topic.writeQueueNums, body, props,
+                                  born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000))
+            ids.append(message_id)
         results = await self.store.put_messages(stored)
-        for m, result in zip(request.messages, results, strict=True):
-            code = send_code(result.status)
-            entries.append(spb.SendResultEntry(status=_status(code, result.detail), message_id=m.system_properties.message_id,
-                                               offset=max(0, result.queue_offset)))
-        first_bad = next((e.status for e in entries if e.status.code != pb.Code.OK), None)
-        return spb.SendMessageResponse(status=first_bad or _status(pb.Code.OK), entries=entries)
+        response = spb.SendMessageResponse()
+        add = response.entries.add
+        first_bad = None
+        for message_id, result in zip(ids, results, strict=True):
+            if result.status is PutMessageStatus.PUT_OK:
+                add(status=_OK, message_id=message_id, offset=result.queue_offset)
+                continue
+            status = _status(send_code(result.status), result.detail)
+            add(status=status, message_id=message_id, offset=max(0, result.queue_offset))
+            if first_bad is None and status.code != _OK_CODE:
+                first_bad = status
+        response.status.CopyFrom(first_bad or _OK)
+        return response
 
 
 async def serve(config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,

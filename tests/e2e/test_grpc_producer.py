@@ -90,6 +90,22 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
                 assert len(answers) == 1 and answers[0].status.code == pb.Code.OK
                 assert answers[0].settings.publishing.max_body_size == 4 * 1024 * 1024
                 assert [t.name for t in answers[0].settings.publishing.topics] == ["Orders"]
+                # Bad sends answer the proxy's codes and store nothing: a batch is refused whole on its first
+                # bad message (the stored count below is exactly MESSAGES).
+                def message(topic="Orders", body=b"x", n=0):
+                    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=pb.SystemProperties(
+                        message_id=f"BAD{n:029X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL))
+
+                refused = {
+                    pb.Code.BAD_REQUEST: [],
+                    pb.Code.TOPIC_NOT_FOUND: [message(), message("NoSuchTopic", n=1)],
+                    pb.Code.MESSAGE_BODY_EMPTY: [message(), message(body=b"", n=1), message(n=2)],
+                    pb.Code.MESSAGE_BODY_TOO_LARGE: [message(body=b"x" * (4 * 1024 * 1024 + 1))],
+                }
+                for code, batch in refused.items():
+                    resp = stub.SendMessage(spb.SendMessageRequest(messages=batch), timeout=10)
+                    assert resp.status.code == code, (pb.Code.Name(code), resp.status)
+                    assert not resp.entries
 
             producer = Producer(ClientConfiguration(f"127.0.0.1:{grpc_ports[0]}", Credentials()), ("Orders",))
             producer.startup()
