@@ -73,6 +73,8 @@ OUTPUT = pa.schema(
     ]
 )
 EVENTS = pa.schema([(c, getattr(pa, _TYPES[c])()) for c in INPUT])  # exact_rows' output
+_STRINGS = {c for c in INPUT if _TYPES[c] == "string"}
+READ = pa.schema([(f.name, pa.dictionary(pa.int32(), pa.string()) if f.name in _STRINGS else f.type) for f in EVENTS])
 
 
 def ddl(schema: pa.Schema) -> str:
@@ -95,15 +97,18 @@ _SERVING = pa.array([s.value for s in SERVING_SOURCES])
 
 
 def read_file(fs, path: str) -> pa.Table:
-    """INPUT of one event file; a column an older file lacks reads as nulls."""
+    """INPUT of one event file (READ: names as dictionary arrays, as the files encode them, so no
+    string is materialized for the millions of rows that only their numbers are needed of); a
+    column an older file lacks reads as nulls."""
     import pyarrow.parquet as pq
 
     present = set(pq.ParquetFile(path, filesystem=fs).schema_arrow.names)
-    table = pq.read_table(path, columns=[c for c in INPUT if c in present], filesystem=fs)
+    columns = [c for c in INPUT if c in present]
+    table = pq.read_table(path, columns=columns, filesystem=fs, read_dictionary=[c for c in columns if c in _STRINGS])
     for c in INPUT:
         if c not in present:
-            table = table.append_column(c, pa.nulls(table.num_rows, EVENTS.field(c).type))
-    return table.select(list(INPUT)).cast(EVENTS)
+            table = table.append_column(c, pa.nulls(table.num_rows, READ.field(c).type))
+    return table.select(list(INPUT)).cast(READ)
 
 
 def _segments(uri: str, paths: Sequence[str], segment_rows: int) -> Iterator[pa.Table]:
@@ -146,9 +151,12 @@ def _ints(column) -> np.ndarray:
     return pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def _take(table: pa.Table, idx: np.ndarray, prefix: str = "") -> dict[str, pa.Array]:
+def _take(table: pa.Table, idx: np.ndarray, resets: np.ndarray, prefix: str = "") -> dict[str, pa.Array]:
+    """The commit and names of the rows at ``idx`` (``resets``: is_reset of every row of ``table``)."""
     taken = table.take(pa.array(idx, type=pa.int64()))
-    return {prefix + n: taken.column(n).combine_chunks().cast(t) for n, t in (*_COMMIT, *_INFO)}
+    columns = {prefix + n: taken.column(n).combine_chunks().cast(t) for n, t in _COMMIT + _INFO if n != "is_reset"}
+    columns[prefix + "is_reset"] = pa.array(resets[idx], pa.bool_())
+    return columns
 
 
 def _rows(schema: pa.Schema, n: int, columns: dict) -> pa.RecordBatch:
@@ -171,44 +179,73 @@ def _ipc(batch: pa.RecordBatch) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def queue_order(k, ts, epoch, broker, offset, reset) -> np.ndarray:
+    """``np.lexsort((reset, offset, broker, epoch, ts, k))``, the same permutation, cheaper: sorted by
+    (queue, commit time) first, then only the runs of equal (queue, commit time), which are few,
+    by the rest. Both sorts are stable, so rows equal in every key keep their order in either."""
+    order = np.lexsort((ts, k))
+    ks, tss = k[order], ts[order]
+    tie = (ks[1:] == ks[:-1]) & (tss[1:] == tss[:-1])
+    if not tie.any():
+        return order
+    run = np.cumsum(np.concatenate(([False], ~tie)))  # the run of equal (queue, time) of each position
+    in_run = np.zeros(len(order), bool)
+    in_run[1:] |= tie
+    in_run[:-1] |= tie
+    pos = np.flatnonzero(in_run)
+    sub = order[pos]
+    order[pos] = sub[np.lexsort((reset[sub], offset[sub], broker[sub], epoch[sub], run[pos]))]
+    return order
+
+
 def scan_segment(table: pa.Table, seg: int, buckets: int) -> Iterator[pa.RecordBatch]:
-    """The DEC, END, MAX and COUNT rows of one segment (see the module docstring)."""
+    """The DEC, END, MAX and COUNT rows of one segment (see the module docstring). The serving
+    commits are worked on as numpy columns and positions in ``table``; only the rows that become
+    output are taken from it."""
     yield _rows(OUTPUT, 1, {"kind": COUNT, "seg": seg, "events": pa.array([table.num_rows], pa.int64())})
-    serving = table.filter(pc.fill_null(pc.is_in(table.column("source"), value_set=_SERVING), False))
-    if serving.num_rows == 0:
+    source = table.column("source")
+    serving_at = np.flatnonzero(pc.fill_null(pc.is_in(source, value_set=_SERVING), False).to_numpy(zero_copy_only=False))
+    if len(serving_at) == 0:
         return
-    is_reset = pc.fill_null(pc.equal(serving.column("source"), Source.OPERATOR_RESET.value), False)
-    serving = serving.append_column("is_reset", is_reset)
-    k = _ints(serving.column("queue_key"))
-    ts, epoch, broker, offset = (_ints(serving.column(c)) for c in ORDER)
-    reset = is_reset.to_numpy(zero_copy_only=False)
-    order = np.lexsort((reset, offset, broker, epoch, ts, k))  # the last key sorts first
+    all_resets = pc.fill_null(pc.equal(source, Source.OPERATOR_RESET.value), False).to_numpy(zero_copy_only=False)
+    k = _ints(table.column("queue_key"))[serving_at]
+    ts, epoch, broker, offset = (_ints(table.column(c))[serving_at] for c in ORDER)
+    reset = all_resets[serving_at]
+    order = queue_order(k, ts, epoch, broker, offset, reset)
     ks, offs, resets = k[order], offset[order], reset[order]
     same = ks[1:] == ks[:-1]
     down = same & (offs[1:] < offs[:-1]) & ~resets[1:]
     if down.any():
         cur, prev = order[1:][down], order[:-1][down]
-        pairs = {"k": ks[1:][down], **_take(serving, cur), **_take(serving, prev, "prev_")}
+        pairs = {
+            "k": ks[1:][down],
+            **_take(table, serving_at[cur], all_resets),
+            **_take(table, serving_at[prev], all_resets, "prev_"),
+        }
         yield _rows(OUTPUT, len(cur), {"kind": DEC, "seg": seg, **pairs})
     starts = np.flatnonzero(np.concatenate(([True], ~same)))
     ends = np.concatenate((starts[1:] - 1, [len(order) - 1]))
-    first_last = {"k": ks[starts], **_take(serving, order[starts]), **_take(serving, order[ends], "prev_")}
+    first_last = {
+        "k": ks[starts],
+        **_take(table, serving_at[order[starts]], all_resets),
+        **_take(table, serving_at[order[ends]], all_resets, "prev_"),
+    }
     first_last = _rows(PAIR, len(starts), first_last)
     bucket_of = ks[starts] % buckets
     for b in range(buckets):
         part = first_last.filter(pa.array(bucket_of == b))
         if part.num_rows:
             yield _rows(OUTPUT, 1, {"kind": END, "seg": seg, "bucket": b, "blob": pa.array([_ipc(part)], pa.binary())})
-    yield from _beyond_max(serving, k, offset, seg)
+    yield from _beyond_max(table, serving_at, k, offset, seg)
 
 
-def _beyond_max(serving: pa.Table, k: np.ndarray, offset: np.ndarray, seg: int) -> Iterator[pa.RecordBatch]:
-    qmo = serving.column("queue_max_offset")
-    over = pc.is_valid(qmo).to_numpy(zero_copy_only=False) & (offset > _ints(qmo))
+def _beyond_max(table: pa.Table, serving_at: np.ndarray, k: np.ndarray, offset: np.ndarray, seg: int) -> Iterator[pa.RecordBatch]:
+    qmo = table.column("queue_max_offset")
+    over = pc.is_valid(qmo).to_numpy(zero_copy_only=False)[serving_at] & (offset > _ints(qmo)[serving_at])
     if not over.any():
         return
     idx = np.flatnonzero(over)
-    flagged = serving.take(pa.array(idx, type=pa.int64()))
+    flagged = table.take(pa.array(serving_at[idx], type=pa.int64())).select(list(INPUT)).cast(EVENTS)
     flagged = flagged.append_column("excess", pc.subtract(flagged.column("offset"), flagged.column("queue_max_offset")))
     flagged = flagged.append_column("k", pa.array(k[idx]))
     # One row per (queue, broker, epoch): the aggregates and its first row's names.
@@ -296,4 +333,4 @@ def exact_rows(
         for path in groups[gid]:
             table = read_file(fs, path)
             table = table.filter(pc.is_in(table.column("queue_key"), value_set=wanted))
-            yield from table.to_batches()
+            yield from table.cast(EVENTS).to_batches()

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from audits import event_store
 from spark_jobs import segments
 from spark_jobs.offset_audit import decreases, decreases_exact, list_event_files, scan
-from spark_jobs.schema import COLUMNS, PARTITION_COLUMN
+from spark_jobs.schema import COLUMNS, PARTITION_COLUMN, filesystem
 
 from .helpers import batch
 
@@ -69,6 +71,35 @@ def test_a_task_reads_its_files_in_segments_of_bounded_size(tmp_path):
     out = list(segments.scan_files(ids, uri, groups=[[], paths], buckets=1, segment_rows=4))
     assert [(r["seg"], r["events"]) for r in rows_of(segments.COUNT, out)] == [((1 << 24) + 0, 6), ((1 << 24) + 1, 6)]
     assert [(r["offset"], r["prev_offset"]) for r in rows_of(segments.END, out)] == [(0, 5), (6, 11)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_queue_order_is_the_full_lexsort_with_ties_in_every_key(seed):
+    rng = np.random.default_rng(seed)
+    n = 5000
+    # few queues and few distinct times: long runs of equal (queue, time), and rows equal in every key
+    k = rng.choice(np.array([-(2**63), -7, 0, 3, 2**62], np.int64), n)
+    ts = T0 + rng.integers(0, 4 if seed % 2 else 400, n)
+    epoch, broker, offset = rng.integers(1, 3, n), rng.integers(0, 2, n), rng.integers(0, 5, n)
+    reset = rng.random(n) < 0.2
+    expected = np.lexsort((reset, offset, broker, epoch, ts, k))
+    assert np.array_equal(segments.queue_order(k, ts, epoch, broker, offset, reset), expected)
+    no_ties = np.arange(n)  # and without a tie: the (queue, time) sort alone
+    assert np.array_equal(segments.queue_order(k, T0 + no_ties, epoch, broker, offset, reset), np.lexsort((no_ties, k)))
+
+
+def test_a_file_without_a_later_column_reads_it_as_nulls_and_names_as_dictionaries(tmp_path):
+    b = batch("b", 0, "SYNC_MASTER", 1, [("g", "t", 0, 5, CC, T0, 100)])
+    (path,) = event_store.write_parquet(str(tmp_path), "part-0", event_store.rows_by_date([(T0, b)]))
+    full = pq.read_table(path)
+    older = tmp_path / "older.parquet"
+    pq.write_table(full.drop_columns(["queue_max_offset", "role"]), older)
+    fs, _ = filesystem(str(tmp_path))
+    for p, role, max_offset in ((path, "SYNC_MASTER", 100), (str(older), None, None)):
+        t = segments.read_file(fs, p)
+        assert t.schema == segments.READ and pa.types.is_dictionary(t.schema.field("consumer_group").type)
+        (row,) = t.cast(segments.EVENTS).to_pylist()
+        assert (row["consumer_group"], row["offset"], row["role"], row["queue_max_offset"]) == ("g", 5, role, max_offset)
 
 
 def test_listing_skips_hidden_files_prunes_old_dates_and_balances_tasks(tmp_path):
