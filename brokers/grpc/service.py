@@ -32,8 +32,7 @@ def _status(code: int, message: str = "") -> pb.Status:
     return pb.Status(code=code, message=message or pb.Code.Name(code))
 
 
-_OK_CODE = pb.Code.OK
-_OK = _status(_OK_CODE)  # copied into each entry that carries it (protobuf messages are never shared)
+_OK = _status(pb.Code.OK)  # copied into each entry that carries it (protobuf messages are never shared)
 
 
 def _endpoints(addr: str) -> pb.Endpoints:
@@ -164,11 +163,11 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
             if result.status is PutMessageStatus.PUT_OK:
                 add(status=_OK, message_id=message_id, offset=result.queue_offset)
                 continue
-            status = _status(send_code(result.status), result.detail)
+            status = _status(send_code(result.status), result.detail)  # never OK: only PUT_OK maps to OK
             add(status=status, message_id=message_id, offset=max(0, result.queue_offset))
-            if first_bad is None and status.code != _OK_CODE:
+            if first_bad is None:
                 first_bad = status
-        response.status.CopyFrom(first_bad or _OK)
+        response.status.CopyFrom(_OK if first_bad is None else first_bad)
         return response
 
 
