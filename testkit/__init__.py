@@ -1,0 +1,1 @@
+"""The small kit that tests, chaos and bench share: processes, ports, broker configs. No Django."""
