@@ -12,6 +12,8 @@ from .config import BrokerConfig
 from .control.nameserver import NameserverLink
 from .control.replicas import ReplicasManager
 from .grpc.service import serve
+from .ha.gate import WritePermission
+from .ha.quorum import BrokerRole
 from .ha.service import HAService
 from .store import codec
 from .store.offsets import ConsumerOffsets
@@ -26,8 +28,8 @@ OFFSET_REPORT_MAX_EVENTS = 5000  # per frame (the control plane takes at most 10
 
 
 class OffsetReporter:
-    """Reports consumer-offset commits to the control plane's audit event store (docs/audits.md,
-    issue #8): every second the offsets that changed (source client_commit), and, when this broker
+    """Reports consumer-offset commits to the control plane's audit event store (docs/audits.md):
+    every second the offsets that changed (source client_commit), and, when this broker
     starts serving as master at an epoch, its whole table once (master_takeover), so a failover onto
     stale offsets shows at once and with its exact size. Pending reports are keyed by queue, the
     latest offset winning: while the control plane is unreachable they stay bounded by the number
@@ -81,11 +83,14 @@ class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
         root = Path(config.storePathRootDir)
+        # The one owner of "does this broker take sends": the HA service feeds it the role, the
+        # replicas manager whether the controller assigned one, this class an operator's isolation.
+        self.permission = WritePermission(BrokerRole(config.brokerRole), fenced=config.enableControllerMode)
         self.store = MessageStore(StoreConfig(
             root, mapped_file_size_commit_log=config.mappedFileSizeCommitLog,
             flush_disk_type=FlushDiskType(config.flushDiskType), flush_interval_commit_log=config.flushIntervalCommitLog,
             flush_commit_log_least_pages=config.flushCommitLogLeastPages,
-            flush_commit_log_thorough_interval=config.flushCommitLogThoroughInterval))
+            flush_commit_log_thorough_interval=config.flushCommitLogThoroughInterval), self.permission)
         # A slave publishes consume-queue entries only up to its master's confirm offset, from
         # recovery on (reference §2.6).
         self.store.follow_max = config.brokerRole != "SLAVE" and not config.enableControllerMode
@@ -94,15 +99,12 @@ class Broker:
             if tc.topicName not in self.topics.topics:
                 self.topics.update(tc)
         self.nameserver = NameserverLink(config, self.topics)
-        self.ha = HAService(config, self.store)
+        self.ha = HAService(config, self.store, self.permission)
         self.nameserver.water_levels = self.ha.water_levels
-        self.nameserver.on_registered = lambda reply: self.ha.on_master_ha_addr(reply.get("haServerAddr"))
-        self.isolated = False
+        self.nameserver.on_registered = self._on_registered
         self.nameserver.on_push["isolate"] = self._on_isolate
         self.replicas = (ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics)
                          if config.enableControllerMode else None)
-        if self.replicas is not None:
-            self.replicas.is_isolated = lambda: self.isolated
         self.grpc_server = None
         self.grpc_service = None
         self.offset_reporter = OffsetReporter(self)
@@ -137,21 +139,26 @@ class Broker:
             await self.grpc_service.close()
         await self.store.shutdown()
 
+    def _on_registered(self, reply: dict) -> None:
+        """Every registration answer names the master's HA address and whether an operator isolated
+        this broker: so isolation survives a restart of this process and a push it missed."""
+        self.ha.on_master_ha_addr(reply.get("haServerAddr"))
+        if "isolated" in reply:  # (a control plane that does not say leaves the last word standing)
+            self._set_isolated(reply["isolated"] is True)
+
     async def _on_isolate(self, payload: dict) -> None:
-        """An operator isolated this broker (or lifted it): stop taking writes, or take them again if
-        this broker's role allows."""
-        self.isolated = bool(payload.get("isolated"))
-        if self.isolated:
-            self.store.writable = False
-            self.store.not_writable_reason = "isolated by an operator"
-            log.warning("isolated by an operator: not taking writes")
-            return
-        if self.store.not_writable_reason == "isolated by an operator":
-            replicas = self.replicas
-            master = self.ha.role.value != "SLAVE" and (replicas is None or replicas.master_id == replicas.broker_id)
-            self.store.writable = master
-            self.store.not_writable_reason = "" if master else "this broker is a SLAVE"
-        log.warning("isolation lifted by an operator")
+        """An operator isolated this broker (or lifted it): pushed at once, and repeated by every
+        registration answer."""
+        self._set_isolated(payload.get("isolated") is True)
+
+    def _set_isolated(self, isolated: bool) -> None:
+        if isolated != self.permission.facts.isolated:
+            log.warning("isolated by an operator: not taking writes" if isolated else "isolation lifted by an operator")
+        self.permission.update(isolated=isolated)
+
+    @property
+    def isolated(self) -> bool:
+        return self.permission.facts.isolated
 
     async def run_until_signalled(self) -> None:
         stop = asyncio.Event()

@@ -7,8 +7,11 @@ the file is invalid.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+from controlplane import validation  # pure, standard library only: the control plane's own name rule
 
 
 class ConfigInvalid(ValueError):
@@ -94,7 +97,6 @@ class BrokerConfig:
 
 
 _FIELDS = {f.name: f for f in fields(BrokerConfig) if f.name != "extra"}
-_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-%|.")
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -108,6 +110,24 @@ def parse_properties(text: str) -> dict[str, str]:
             raise ConfigInvalid([f"line {n}: expected key=value, got {line!r}"])
         out[key.strip()] = value.strip()
     return out
+
+
+def render_conf(keys: Mapping[str, object]) -> str:
+    """A ``broker.conf`` text, one ``key=value`` line per key in the given order: the inverse of
+    :func:`parse_properties`. Unknown keys and values that do not fit on one line are refused, so a
+    harness typo fails where the file is written; booleans are written ``true`` / ``false``."""
+    problems, lines = [], []
+    for key, value in keys.items():
+        if key not in _FIELDS:
+            problems.append(f"{key}: unknown key")
+            continue
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if "\n" in text or "\r" in text:
+            problems.append(f"{key}: the value must fit on one line")
+        lines.append(f"{key}={text}\n")
+    if problems:
+        raise ConfigInvalid(problems)
+    return "".join(lines)
 
 
 def load(path: str | Path) -> BrokerConfig:
@@ -153,8 +173,8 @@ def _check(c: BrokerConfig) -> list[str]:
             problems.append(f"{key}: required")
     for key in ("brokerName", "brokerClusterName"):
         value = getattr(c, key)
-        if value and not set(value) <= _NAME_CHARS:
-            problems.append(f"{key}: only letters, digits and %|_.- are allowed")
+        if value and (message := validation.name(value)) is not None:
+            problems.append(f"{key}: {message}")
     if c.brokerId < 0:
         problems.append("brokerId: must be >= 0")
     for key in ("listenPort", "haListenPort", "grpcServerPort"):

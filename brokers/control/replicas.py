@@ -47,8 +47,7 @@ class ReplicasManager:
         self._role_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
         self._alter_wanted = asyncio.Event()
-        self.is_isolated = lambda: False  # an operator's isolation outlives role changes
-        self._fence("fenced: waiting for the controller to assign a role")
+        ha.permission.update(fenced=True)  # until the controller assigns a role
         link.may_register = self.role_known.is_set
         self._poll_now = asyncio.Event()
         self._stopping = False
@@ -67,10 +66,6 @@ class ReplicasManager:
     async def stop(self) -> None:
         self._stopping = True  # a broker on its way out takes no role
         await cancel_and_wait(*self._tasks)
-
-    def _fence(self, why: str) -> None:
-        self.store.writable = False
-        self.store.not_writable_reason = why
 
     async def _run(self) -> None:
         await self._wait_connected()
@@ -266,7 +261,7 @@ class ReplicasManager:
         self.master_id, self.master_addr = self.broker_id, self.config.broker_addr
         self._bump_state_version(epoch)
         self.link.broker_id = 0
-        self.store.writable = not self.is_isolated()
+        self.ha.permission.update(fenced=False)
         self.role_known.set()
         self.state = "RUNNING"
         log.info("now MASTER of %s at epoch %d (SyncStateSet %s) in %.0f ms", self.config.brokerName, epoch,
@@ -281,6 +276,7 @@ class ReplicasManager:
         if not same_master:
             await self.ha.change_to_slave()
         self.link.broker_id = self.broker_id
+        self.ha.permission.update(fenced=False)
         self.role_known.set()
         self.state = "RUNNING"
         log.info("now SLAVE of %s (master %s at %s, epoch %d)", self.config.brokerName, master_id, master_addr, epoch)
@@ -332,7 +328,7 @@ class ReplicasManager:
         joining = {c.slave_id for c in (ha.server.connections if ha.server else ())
                    if c.slave_id is not None and c.slave_id not in current and not c.async_learner
                    and c.ack_offset >= self.store.confirm_offset
-                   and c.ack_offset >= (ha.epochs.last_entry().start_offset if ha.epochs.entries else 0)}
+                   and c.ack_offset >= ha.epoch_start_offset()}
         proposal = keep | joining | {self.broker_id}
         if proposal == current:
             return

@@ -52,7 +52,7 @@ class ConsumerSide:
     store: MessageStore
 
     on_topics_changed: Callable[[], None] | None = None  # the broker re-registers with the nameserver
-    # Sees every committed offset change (group, topic, queueId, offset): the audit report (issue #8).
+    # Sees every committed offset change (group, topic, queueId, offset): the audit report.
     on_offset_committed: Callable[[str, str, int, int], None] | None = None
 
     def init_consumer(self, offsets: ConsumerOffsets) -> None:

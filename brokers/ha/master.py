@@ -195,13 +195,14 @@ class MasterConnection:
             self.transfer_rate = (self.bytes_shipped - at_start) / elapsed
             self._rate_window = (time.monotonic(), self.bytes_shipped)
 
-    def water_level(self, in_sync_state_set: bool) -> dict:
+    def water_level(self, in_sync_state_set: bool, in_sync: bool) -> dict:
+        """This slave's entry of the water-level report; ``in_sync``: quorum.slave_in_sync's verdict."""
         idle = time.monotonic() - self._rate_window[0]
         rate = self.transfer_rate if idle < 3 else 0.0
         return {"brokerId": self.slave_id if self.slave_id is not None else -1, "addr": self.peer,
                 "ackOffset": max(0, self.ack_offset), "lagBytes": max(0, self.store.max_offset - max(0, self.ack_offset)),
                 "lastCaughtUpMs": self.caught_up_ms, "transferBytesPerS": round(rate, 1),
-                "inSyncStateSet": in_sync_state_set}
+                "inSyncStateSet": in_sync_state_set, "inSync": in_sync}
 
 
 class HAServer:

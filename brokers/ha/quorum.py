@@ -31,9 +31,15 @@ class QuorumConfig:
     slave_timeout_ms: int = 3000
 
 
+def slave_in_sync(master_offset: int, ack_offset: int, max_gap: int) -> bool:
+    """§4.2: a slave is in sync while it has acked and its gap to the master is under haMaxGapNotInSync.
+    The quorum count below and the water-level report (and the dashboard, through it) use this one rule."""
+    return ack_offset >= 0 and master_offset - ack_offset < max_gap
+
+
 def ha_in_sync_count(master_offset: int, slave_ack_offsets: list[int], max_gap: int) -> int:
-    """§4.2, slave-acting-master: 1 (the master) + connections whose gap is under haMaxGapNotInSync."""
-    return 1 + sum(1 for ack in slave_ack_offsets if master_offset - ack < max_gap)
+    """§4.2, slave-acting-master: 1 (the master) + connections in sync (``slave_in_sync``)."""
+    return 1 + sum(1 for ack in slave_ack_offsets if slave_in_sync(master_offset, ack, max_gap))
 
 
 def need_ack_nums(config: QuorumConfig, role: BrokerRole, *, controller_mode: bool, acting_master_mode: bool,

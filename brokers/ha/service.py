@@ -16,6 +16,7 @@ from pathlib import Path
 from ..config import BrokerConfig
 from ..store.store import MessageStore, PutMessageStatus
 from .epoch import EPOCH_FILE_NAME, EpochEntry, EpochFile
+from .gate import WritePermission
 from .master import HAServer, LinkTimings, MasterConnection
 from .quorum import (
     ALL_ACK_IN_SYNC_STATE_SET,
@@ -25,6 +26,7 @@ from .quorum import (
     acked_replicas,
     ha_in_sync_count,
     need_ack_nums,
+    slave_in_sync,
 )
 from .slave import HAClient
 
@@ -41,10 +43,12 @@ def link_timings(c: BrokerConfig) -> LinkTimings:
 
 
 class HAService:
-    def __init__(self, config: BrokerConfig, store: MessageStore):
+    def __init__(self, config: BrokerConfig, store: MessageStore, permission: WritePermission):
+        """``permission``: the write gate ``store`` was built with; this service feeds it the role."""
         self.config = config
         self.store = store
         self.role = BrokerRole(config.brokerRole)
+        self.permission = permission
         self.quorum = quorum_config(config)
         self.timings = link_timings(config)
         self.epochs = EpochFile(Path(config.storePathRootDir) / EPOCH_FILE_NAME)
@@ -64,14 +68,11 @@ class HAService:
     # --- life cycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.permission.update(role=self.role)
         if self.controller_mode:  # fenced until the controller gives a role (brokers/control/replicas.py)
-            self.store.writable = False
-            self.store.not_writable_reason = "fenced: waiting for the controller to assign a role"
             self.store.set_follow_max(False)
             return
         if self.role is BrokerRole.SLAVE:
-            self.store.writable = False
-            self.store.not_writable_reason = "this broker is a SLAVE"
             self.store.set_follow_max(False)
             self.client = HAClient(self.store, self.epochs, self.config.brokerId, lambda: self.master_ha_addr,
                                    self.timings, self.config.syncFromLastFile, self.config.asyncLearner)
@@ -123,14 +124,14 @@ class HAService:
             self.server = HAServer(self.store, self.epochs, self.timings, self._on_ack)
             await self.server.start(self.config.brokerIP1, self.config.haListenPort)
         self.store.replicas = self
+        self.permission.update(role=self.role)  # last: sends wait for replicas from the first one
 
     async def change_to_slave(self) -> None:
         """Follow the master (its HA address comes from the nameserver); stop serving slaves."""
-        self.store.writable = False
-        self.store.not_writable_reason = "this broker is a SLAVE"
+        self.role = BrokerRole.SLAVE
+        self.permission.update(role=self.role)  # first: no send may start while the role changes
         self.store.replicas = None
         self.waiters.fail_all(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
-        self.role = BrokerRole.SLAVE
         self.sync_state_set, self.proposed_sync_state_set = set(), None
         if self.server is not None:
             await self.server.stop()
@@ -211,10 +212,15 @@ class HAService:
                     self.on_slave_gone(conn.slave_id)
             elif (conn.slave_id not in members and not conn.async_learner and self.on_expand is not None
                   and conn.ack_offset >= self.store.confirm_offset
-                  and conn.ack_offset >= (self.epochs.last_entry().start_offset if self.epochs.entries else 0)):
+                  and conn.ack_offset >= self.epoch_start_offset()):
                 self.on_expand(conn.slave_id)  # §2.2 maybeExpandInSyncStateSet
             self._update_confirm_offset()
         self._release_waiters()
+
+    def epoch_start_offset(self) -> int:
+        """Where this master's current epoch starts (0 before any): a slave below it cannot join (§2.2)."""
+        last = self.epochs.last_entry()
+        return last.start_offset if last is not None else 0
 
     def caught_up_members(self, now_ms: int | None = None) -> set[int]:
         """Members still caught up within haMaxTimeSlaveNotCatchup (§2.2 shrink); self always."""
@@ -230,11 +236,15 @@ class HAService:
 
     def water_levels(self) -> dict:
         store = self.store
-        report = {"brokerName": self.config.brokerName, "brokerId": self.broker_id, "role": self.role.value,
-                  "masterEpoch": self.epochs.last_epoch(), "maxOffset": store.max_offset,
-                  "confirmOffset": store.confirm_offset, "minOffset": store.min_offset, "slaves": []}
+        max_gap = self.quorum.ha_max_gap_not_in_sync
+        report: dict = {"brokerName": self.config.brokerName, "brokerId": self.broker_id, "role": self.role.value,
+                        "masterEpoch": self.epochs.last_epoch(), "maxOffset": store.max_offset,
+                        "confirmOffset": store.confirm_offset, "minOffset": store.min_offset,
+                        "haMaxGapNotInSync": max_gap, "slaves": []}
         if self.server is not None:
             members = self.effective_sync_state_set()
-            report["slaves"] = sorted((c.water_level(c.slave_id in members) for c in self.server.connections
-                                       if c.slave_id is not None), key=lambda s: s["brokerId"])
+            slaves = [c for c in self.server.connections if c.slave_id is not None]
+            in_sync = {c: slave_in_sync(store.max_offset, c.ack_offset, max_gap) for c in slaves}
+            report["slaves"] = sorted((c.water_level(c.slave_id in members, in_sync[c]) for c in slaves),
+                                      key=lambda s: s["brokerId"])
         return report

@@ -14,6 +14,12 @@
  *       PutResult each, and the consume-queue entries as (queue, first queue offset, bytes); each
  *       queue's max_offset is advanced past the offsets given out.
  *
+ *   configure(result_type, ok, crc32, message_type, crc_library, crc_symbol, rules)
+ *       called by codec.py at import: the types and the CRC function to use, and ``rules``, a dict with
+ *       every limit this module enforces and every refusal it gives, rendered by Python
+ *       (codec.native_rules()). This file holds no limit or message of its own: it only knows the
+ *       record's layout, and configure() checks that Python's sizes and magic code agree with it.
+ *
  * Record layout (big-endian): 0 totalSize, 4 magic, 8 bodyCRC, 12 queueId, 16 flag, 20 queueOffset,
  * 28 physicalOffset, 36 sysFlag, 40 bornTimestamp, 48 bornHost (ip, port), 56 storeTimestamp,
  * 64 storeHost (ip, port), 72 reconsumeTimes, 76 preparedTransactionOffset, 84 bodyLength, 88 body.
@@ -27,18 +33,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CODEC_ABI 1
+#define CODEC_ABI 2
+/* The layout this file writes (configure() refuses rules that disagree with it). */
 #define HEAD_BODY_SIZE 88
-#define MESSAGE_MAGIC_CODE 0xDAA320A7u
-#define MAX_TOPIC_LENGTH 127
-#define MAX_PROPERTIES_LENGTH 32767
 #define ENTRY_SIZE 20
+#define TOPIC_LENGTH_MAX 255        /* the record's topic length is one byte */
+#define PROPERTIES_LENGTH_MAX 32767 /* the record's properties length is a signed 16-bit integer */
 #define RESULT_FIELDS 6
 #define QUEUE_SCAN 16
 
 static PyObject *s_topic, *s_queue_id, *s_body, *s_properties, *s_flag, *s_sys_flag, *s_born_timestamp,
-    *s_born_host, *s_store_host, *s_reconsume_times, *s_prepared, *s_max_offset, *s_tags, *s_empty,
-    *s_illegal, *s_exceeded;
+    *s_born_host, *s_store_host, *s_reconsume_times, *s_prepared, *s_max_offset, *s_tags, *s_empty, *s_format,
+    *s_size;
 static PyObject *g_result_type, *g_ok, *g_crc32; /* configure() */
 /* zlib's CRC-32 as a C function (crc, data, length) -> crc, when configure() finds one (isal's
  * crc32_gzip_refl): then encode_run computes CRCs without the GIL, else it calls g_crc32. */
@@ -55,6 +61,30 @@ static PyObject **const g_names[N_FIELDS] = {&s_topic, &s_queue_id, &s_body, &s_
                                              &s_prepared};
 static PyTypeObject *g_message_type;
 static Py_ssize_t g_offsets[N_FIELDS];
+
+/* The rules, from configure(): Python's limits, its status names and its refusals' details (strong
+ * references). The integer and host fields are checked in the order Python lists them. */
+enum { D_TOPIC_TYPE, D_TOPIC_UTF8, D_TOPIC_LENGTH, D_PROPERTIES_TYPE, D_PROPERTIES_UTF8, D_PROPERTIES_SIZE,
+       D_BODY_TYPE, D_RECORD_SIZE, N_DETAILS };
+static const char *const g_detail_keys[N_DETAILS] = {"topic_type", "topic_utf8", "topic_length", "properties_type",
+                                                     "properties_utf8", "properties_size", "body_type", "record_size"};
+#define N_INTS 6
+#define N_HOSTS 2
+typedef struct {
+    int field;
+    long long lo, hi;
+    PyObject *detail;
+} RangeRule;
+typedef struct {
+    int configured;
+    uint32_t magic;
+    long long min_topic_length, max_topic_length, max_properties_length;
+    PyObject *illegal, *exceeded;  /* status names */
+    PyObject *details[N_DETAILS];  /* D_RECORD_SIZE is a str.format template with {size} */
+    RangeRule ints[N_INTS];        /* F_QUEUE_ID .. F_PREPARED, in Python's order */
+    RangeRule hosts[N_HOSTS];      /* the port's range */
+} Rules;
+static Rules g_rules;
 
 static PyObject *field(PyObject *msg, int f) { /* a new reference, or NULL with an exception */
     if (Py_TYPE(msg) == g_message_type) {
@@ -104,11 +134,15 @@ static int reject(PyObject *rejects, Py_ssize_t index, PyObject *status, PyObjec
     return rc < 0 ? -1 : 1;
 }
 
-/* An integer attribute within [lo, hi]: 0 and *out set, 1 after a refusal, -1 on error. */
-static int int_field(PyObject *msg, int f, long long lo, long long hi, long long *out, PyObject *rejects,
-                     Py_ssize_t index) {
-    PyObject *name = *g_names[f];
-    PyObject *v = field(msg, f);
+static PyObject *detail(int d) { /* a new reference to a configured detail */
+    Py_INCREF(g_rules.details[d]);
+    return g_rules.details[d];
+}
+
+/* An integer attribute within the rule's [lo, hi]: 0 and *out set, 1 after a refusal, -1 on error. */
+static int int_field(PyObject *msg, const RangeRule *rule, long long *out, PyObject *rejects, Py_ssize_t index) {
+    long long lo = rule->lo, hi = rule->hi;
+    PyObject *v = field(msg, rule->field);
     if (!v) return -1;
     int overflow = 0;
     long long x = 0;
@@ -118,9 +152,10 @@ static int int_field(PyObject *msg, int f, long long lo, long long hi, long long
     }
     int ok = PyLong_Check(v) && !overflow && x >= lo && x <= hi;
     Py_DECREF(v);
-    if (!ok)
-        return reject(rejects, index, s_illegal,
-                      PyUnicode_FromFormat("%U must be an integer from %lld to %lld", name, lo, hi));
+    if (!ok) {
+        Py_INCREF(rule->detail);
+        return reject(rejects, index, g_rules.illegal, rule->detail);
+    }
     *out = x;
     return 0;
 }
@@ -130,8 +165,9 @@ static int int_field(PyObject *msg, int f, long long lo, long long hi, long long
 static PyObject *g_host_seen[2];
 static unsigned char g_host_ip[2][4];
 
-static int host_field(PyObject *msg, int f, unsigned char *ip, int32_t *port, PyObject *rejects, Py_ssize_t index) {
-    PyObject *name = *g_names[f];
+static int host_field(PyObject *msg, const RangeRule *rule, unsigned char *ip, int32_t *port, PyObject *rejects,
+                      Py_ssize_t index) {
+    int f = rule->field;
     int slot = f == F_BORN_HOST ? 0 : 1;
     PyObject *v = field(msg, f);
     if (!v) return -1;
@@ -142,11 +178,12 @@ static int host_field(PyObject *msg, int f, unsigned char *ip, int32_t *port, Py
         int overflow = 0;
         p = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(v, 1), &overflow);
         if (p == -1 && PyErr_Occurred()) { Py_DECREF(v); return -1; }
-        ok = !overflow && p >= INT32_MIN && p <= INT32_MAX;
+        ok = !overflow && p >= rule->lo && p <= rule->hi;
     }
     if (!ok) {
         Py_DECREF(v);
-        return reject(rejects, index, s_illegal, PyUnicode_FromFormat("%U must be a (host, port) pair", name));
+        Py_INCREF(rule->detail);
+        return reject(rejects, index, g_rules.illegal, rule->detail);
     }
     PyObject *text = PyTuple_GET_ITEM(v, 0);
     if (text != g_host_seen[slot]) {
@@ -190,8 +227,8 @@ static int add_text(Buf *b, PyObject *x) {
     return rc;
 }
 
-/* "k\x01v\x02" per property, into b: 0, 1 (refused with detail set in *why), -1 error. */
-static int encode_properties(PyObject *props, Buf *b, const char **why) {
+/* "k\x01v\x02" per property, into b: 0, 1 (refused, *why set to the detail's D_ index), -1 error. */
+static int encode_properties(PyObject *props, Buf *b, int *why) {
     PyObject *items = NULL;
     int truth = PyObject_IsTrue(props);
     if (truth < 0) return -1;
@@ -209,7 +246,7 @@ static int encode_properties(PyObject *props, Buf *b, const char **why) {
             Py_DECREF(k);
             Py_DECREF(v);
             if (rc) {
-                if (rc > 0) *why = "properties must be valid UTF-8";
+                if (rc > 0) *why = D_PROPERTIES_UTF8;
                 return rc;
             }
         }
@@ -218,14 +255,14 @@ static int encode_properties(PyObject *props, Buf *b, const char **why) {
     items = PyMapping_Items(props);
     if (!items) {
         PyErr_Clear();
-        *why = "properties must be a mapping";
+        *why = D_PROPERTIES_TYPE;
         return 1;
     }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
         PyObject *kv = PyList_GET_ITEM(items, i);
         if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2) {
             Py_DECREF(items);
-            *why = "properties must be a mapping";
+            *why = D_PROPERTIES_TYPE;
             return 1;
         }
         int rc = add_text(b, PyTuple_GET_ITEM(kv, 0));
@@ -234,7 +271,7 @@ static int encode_properties(PyObject *props, Buf *b, const char **why) {
         if (rc == 0) rc = buf_add(b, "\x02", 1);
         if (rc) {
             Py_DECREF(items);
-            if (rc > 0) *why = "properties must be valid UTF-8";
+            if (rc > 0) *why = D_PROPERTIES_UTF8;
             return rc;
         }
     }
@@ -272,6 +309,18 @@ static int tags_hash(PyObject *props, long long *out) {
     return 0;
 }
 
+/* D_RECORD_SIZE's template formatted with the record's size (a new reference, or NULL). */
+static PyObject *record_size_detail(Py_ssize_t size) {
+    PyObject *format = PyObject_GetAttr(g_rules.details[D_RECORD_SIZE], s_format);
+    if (!format) return NULL;
+    PyObject *args = PyTuple_New(0), *kwargs = Py_BuildValue("{On}", s_size, size);
+    PyObject *text = args && kwargs ? PyObject_Call(format, args, kwargs) : NULL;
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    Py_DECREF(format);
+    return text;
+}
+
 /* One message: appends its record to records, or its refusal to rejects. */
 static int prepare_one(PyObject *msg, Py_ssize_t index, Py_ssize_t limit, Buf *props, PyObject *records,
                        PyObject *rejects) {
@@ -285,7 +334,7 @@ static int prepare_one(PyObject *msg, Py_ssize_t index, Py_ssize_t limit, Buf *p
     topic = field(msg, F_TOPIC);
     if (!topic) return -1;
     if (!PyUnicode_Check(topic)) {
-        rc = reject(rejects, index, s_illegal, PyUnicode_FromString("topic must be a string"));
+        rc = reject(rejects, index, g_rules.illegal, detail(D_TOPIC_TYPE));
         goto done;
     }
     Py_ssize_t tlen;
@@ -293,49 +342,53 @@ static int prepare_one(PyObject *msg, Py_ssize_t index, Py_ssize_t limit, Buf *p
     if (!tbytes) {
         if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError)) { rc = -1; goto done; }
         PyErr_Clear();
-        rc = reject(rejects, index, s_illegal, PyUnicode_FromString("topic must be valid UTF-8"));
+        rc = reject(rejects, index, g_rules.illegal, detail(D_TOPIC_UTF8));
         goto done;
     }
-    if (tlen < 1 || tlen > MAX_TOPIC_LENGTH) {
-        rc = reject(rejects, index, s_illegal,
-                    PyUnicode_FromFormat("topic length must be 1..%d bytes", MAX_TOPIC_LENGTH));
+    if (tlen < g_rules.min_topic_length || tlen > g_rules.max_topic_length) {
+        rc = reject(rejects, index, g_rules.illegal, detail(D_TOPIC_LENGTH));
         goto done;
     }
     pmap = field(msg, F_PROPERTIES);
     if (!pmap) { rc = -1; goto done; }
     props->len = 0;
-    const char *why = NULL;
+    int why = 0;
     rc = encode_properties(pmap, props, &why);
     if (rc) {
-        if (rc > 0) rc = reject(rejects, index, s_illegal, PyUnicode_FromString(why));
+        if (rc > 0) rc = reject(rejects, index, g_rules.illegal, detail(why));
         goto done;
     }
-    if (props->len > MAX_PROPERTIES_LENGTH) {
-        rc = reject(rejects, index, s_exceeded,
-                    PyUnicode_FromFormat("properties exceed %d bytes", MAX_PROPERTIES_LENGTH));
+    if (props->len > g_rules.max_properties_length) {
+        rc = reject(rejects, index, g_rules.exceeded, detail(D_PROPERTIES_SIZE));
         goto done;
     }
     body = field(msg, F_BODY);
     if (!body) { rc = -1; goto done; }
     if (!(PyBytes_Check(body) || PyByteArray_Check(body)) || PyObject_GetBuffer(body, &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear();
-        rc = reject(rejects, index, s_illegal, PyUnicode_FromString("body must be bytes"));
+        rc = reject(rejects, index, g_rules.illegal, detail(D_BODY_TYPE));
         goto done;
     }
-    if ((rc = int_field(msg, F_QUEUE_ID, 0, INT32_MAX, &queue_id, rejects, index))) goto done;
-    if ((rc = int_field(msg, F_FLAG, INT32_MIN, INT32_MAX, &flag, rejects, index))) goto done;
-    if ((rc = int_field(msg, F_SYS_FLAG, INT32_MIN, INT32_MAX, &sys_flag, rejects, index))) goto done;
-    if ((rc = int_field(msg, F_BORN_TS, INT64_MIN, INT64_MAX, &born_ts, rejects, index))) goto done;
-    if ((rc = int_field(msg, F_RECONSUME, INT32_MIN, INT32_MAX, &reconsume, rejects, index))) goto done;
-    if ((rc = int_field(msg, F_PREPARED, INT64_MIN, INT64_MAX, &prepared, rejects, index))) goto done;
-    if ((rc = host_field(msg, F_BORN_HOST, born_ip, &born_port, rejects, index))) goto done;
-    if ((rc = host_field(msg, F_STORE_HOST, store_ip, &store_port, rejects, index))) goto done;
+    long long ints[N_FIELDS] = {0};
+    for (int k = 0; k < N_INTS; k++)
+        if ((rc = int_field(msg, &g_rules.ints[k], &ints[g_rules.ints[k].field], rejects, index))) goto done;
+    for (int k = 0; k < N_HOSTS; k++) {
+        const RangeRule *rule = &g_rules.hosts[k];
+        int born = rule->field == F_BORN_HOST;
+        if ((rc = host_field(msg, rule, born ? born_ip : store_ip, born ? &born_port : &store_port, rejects, index)))
+            goto done;
+    }
+    queue_id = ints[F_QUEUE_ID];
+    flag = ints[F_FLAG];
+    sys_flag = ints[F_SYS_FLAG];
+    born_ts = ints[F_BORN_TS];
+    reconsume = ints[F_RECONSUME];
+    prepared = ints[F_PREPARED];
 
     Py_ssize_t tail = 1 + tlen + 2 + props->len;
     Py_ssize_t size = HEAD_BODY_SIZE + view.len + tail;
     if (size > limit || view.len > INT32_MAX) {
-        rc = reject(rejects, index, s_illegal,
-                    PyUnicode_FromFormat("a %zd-byte record does not fit a commit-log segment", size));
+        rc = reject(rejects, index, g_rules.illegal, record_size_detail(size));
         goto done;
     }
     long long tags;
@@ -345,7 +398,7 @@ static int prepare_one(PyObject *msg, Py_ssize_t index, Py_ssize_t limit, Buf *p
     unsigned char *p = (unsigned char *)PyBytes_AS_STRING(template);
     memset(p, 0, HEAD_BODY_SIZE);
     put32(p, (uint32_t)size);
-    put32(p + 4, MESSAGE_MAGIC_CODE);
+    put32(p + 4, g_rules.magic);
     put32(p + 12, (uint32_t)queue_id);
     put32(p + 16, (uint32_t)flag);
     put32(p + 36, (uint32_t)sys_flag);
@@ -392,6 +445,10 @@ static PyObject *prepare(PyObject *self, PyObject *args) {
     PyObject *messages;
     Py_ssize_t limit;
     if (!PyArg_ParseTuple(args, "On:prepare", &messages, &limit)) return NULL;
+    if (!g_rules.configured) {
+        PyErr_SetString(PyExc_RuntimeError, "_codec.configure() was not called");
+        return NULL;
+    }
     PyObject *seq = PySequence_Fast(messages, "messages must be a sequence");
     if (!seq) return NULL;
     PyObject *records = PyList_New(0), *rejects = PyList_New(0);
@@ -662,12 +719,128 @@ fail:
     return NULL;
 }
 
-static PyObject *configure(PyObject *self, PyObject *args) {
-    PyObject *result_type, *ok, *crc32, *message_type;
-    const char *crc_library = NULL, *crc_symbol = NULL;
-    if (!PyArg_ParseTuple(args, "O!OOO!|zz:configure", &PyType_Type, &result_type, &ok, &crc32, &PyType_Type,
-                          &message_type, &crc_library, &crc_symbol))
+/* --- configure ------------------------------------------------------------------------------ */
+
+/* rules[key] as a long long within [lo, hi]: 0, or -1 with an exception. */
+static int rule_int(PyObject *rules, const char *key, long long lo, long long hi, long long *out) {
+    PyObject *v = PyDict_GetItemString(rules, key); /* borrowed */
+    if (!v || !PyLong_Check(v)) {
+        PyErr_Format(PyExc_ValueError, "rules[%s] must be an integer", key);
+        return -1;
+    }
+    long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) return -1;
+    if (x < lo || x > hi) {
+        PyErr_Format(PyExc_ValueError, "rules[%s] = %lld does not fit this codec's record layout (%lld..%lld)", key, x,
+                     lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static PyObject *rule_str(PyObject *rules, const char *key) { /* a new reference, or NULL */
+    PyObject *v = PyDict_GetItemString(rules, key);
+    if (!v || !PyUnicode_Check(v)) {
+        PyErr_Format(PyExc_ValueError, "rules[%s] must be a string", key);
         return NULL;
+    }
+    Py_INCREF(v);
+    return v;
+}
+
+/* rules[key]: a tuple of (field name, lo, hi, detail), one per field in fields[0..n), each once, into
+ * out (in the tuple's order: the order of the checks). 0, or -1 with an exception. */
+static int rule_ranges(PyObject *rules, const char *key, const int *fields, int n, RangeRule *out) {
+    PyObject *v = PyDict_GetItemString(rules, key);
+    if (!v || !PyTuple_Check(v) || PyTuple_GET_SIZE(v) != n) {
+        PyErr_Format(PyExc_ValueError, "rules[%s] must be a tuple of %d (name, lo, hi, detail)", key, n);
+        return -1;
+    }
+    int seen = 0;
+    for (int k = 0; k < n; k++) {
+        PyObject *item = PyTuple_GET_ITEM(v, k), *name, *detail_text;
+        long long lo, hi;
+        if (!PyTuple_Check(item)) {
+            PyErr_Format(PyExc_ValueError, "rules[%s] must be a tuple of %d (name, lo, hi, detail)", key, n);
+            return -1;
+        }
+        if (!PyArg_ParseTuple(item, "OLLU", &name, &lo, &hi, &detail_text)) return -1;
+        int j = -1;
+        for (int g = 0; g < n; g++)
+            if (PyUnicode_Check(name) && PyUnicode_Compare(name, *g_names[fields[g]]) == 0) j = g;
+        if (j < 0 || seen & (1 << j) || lo > hi) {
+            PyErr_Format(PyExc_ValueError, "rules[%s]: %R is not one of its fields, or repeated, or lo > hi", key, name);
+            return -1;
+        }
+        seen |= 1 << j;
+        out[k].field = fields[j];
+        out[k].lo = lo;
+        out[k].hi = hi;
+        Py_INCREF(detail_text);
+        out[k].detail = detail_text;
+    }
+    return 0;
+}
+
+static void clear_rules(Rules *r) {
+    Py_CLEAR(r->illegal);
+    Py_CLEAR(r->exceeded);
+    for (int d = 0; d < N_DETAILS; d++) Py_CLEAR(r->details[d]);
+    for (int k = 0; k < N_INTS; k++) Py_CLEAR(r->ints[k].detail);
+    for (int k = 0; k < N_HOSTS; k++) Py_CLEAR(r->hosts[k].detail);
+    r->configured = 0;
+}
+
+static int read_rules(PyObject *rules, Rules *r) {
+    long long head, entry, magic;
+    memset(r, 0, sizeof(*r));
+    if (rule_int(rules, "head_body_size", HEAD_BODY_SIZE, HEAD_BODY_SIZE, &head) < 0 ||
+        rule_int(rules, "entry_size", ENTRY_SIZE, ENTRY_SIZE, &entry) < 0 ||
+        rule_int(rules, "magic", 0, UINT32_MAX, &magic) < 0 ||
+        rule_int(rules, "min_topic_length", 0, TOPIC_LENGTH_MAX, &r->min_topic_length) < 0 ||
+        rule_int(rules, "max_topic_length", r->min_topic_length, TOPIC_LENGTH_MAX, &r->max_topic_length) < 0 ||
+        rule_int(rules, "max_properties_length", 0, PROPERTIES_LENGTH_MAX, &r->max_properties_length) < 0)
+        goto fail;
+    r->magic = (uint32_t)magic;
+    if (!(r->illegal = rule_str(rules, "illegal")) || !(r->exceeded = rule_str(rules, "exceeded"))) goto fail;
+    for (int d = 0; d < N_DETAILS; d++)
+        if (!(r->details[d] = rule_str(rules, g_detail_keys[d]))) goto fail;
+    static const int ints[N_INTS] = {F_QUEUE_ID, F_FLAG, F_SYS_FLAG, F_BORN_TS, F_RECONSUME, F_PREPARED};
+    static const int hosts[N_HOSTS] = {F_BORN_HOST, F_STORE_HOST};
+    if (rule_ranges(rules, "ints", ints, N_INTS, r->ints) < 0) goto fail;
+    if (rule_ranges(rules, "hosts", hosts, N_HOSTS, r->hosts) < 0) goto fail;
+    for (int k = 0; k < N_INTS; k++) { /* the layout's widths bound what a rule may allow */
+        int wide = r->ints[k].field == F_BORN_TS || r->ints[k].field == F_PREPARED;
+        if (!wide && (r->ints[k].lo < INT32_MIN || r->ints[k].hi > INT32_MAX)) {
+            PyErr_Format(PyExc_ValueError, "rules[ints]: %R does not fit its 32-bit field", *g_names[r->ints[k].field]);
+            goto fail;
+        }
+    }
+    for (int k = 0; k < N_HOSTS; k++)
+        if (r->hosts[k].lo < INT32_MIN || r->hosts[k].hi > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "rules[hosts]: a port must fit its 32-bit field");
+            goto fail;
+        }
+    r->configured = 1;
+    return 0;
+fail:
+    clear_rules(r);
+    return -1;
+}
+
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *result_type, *ok, *crc32, *message_type, *rules_dict;
+    const char *crc_library = NULL, *crc_symbol = NULL;
+    if (!PyArg_ParseTuple(args, "O!OOO!zzO!:configure", &PyType_Type, &result_type, &ok, &crc32, &PyType_Type,
+                          &message_type, &crc_library, &crc_symbol, &PyDict_Type, &rules_dict))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)result_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "the result type must be a tuple subclass (a NamedTuple)");
+        return NULL;
+    }
+    Rules rules;
+    if (read_rules(rules_dict, &rules) < 0) return NULL;
     crc32_fn native = NULL;
     if (crc_library && crc_symbol) {
         /* The library is loaded already (crc32 is its Python function): RTLD_NOLOAD only finds it. */
@@ -678,7 +851,7 @@ static PyObject *configure(PyObject *self, PyObject *args) {
             PyObject *data = PyBytes_FromStringAndSize((const char *)probe, sizeof(probe) - 1);
             PyObject *want = data ? PyObject_CallOneArg(crc32, data) : NULL;
             Py_XDECREF(data);
-            if (!want) return NULL;
+            if (!want) { clear_rules(&rules); return NULL; }
             unsigned long w = PyLong_AsUnsignedLongMask(want);
             Py_DECREF(want);
             if ((w & 0xFFFFFFFFul) != native(0, probe, sizeof(probe) - 1)) native = NULL;
@@ -691,6 +864,7 @@ static PyObject *configure(PyObject *self, PyObject *args) {
             ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_TypeError, "the message type must have a __slots__ field %R", *g_names[f]);
+            clear_rules(&rules);
             return NULL;
         }
         offsets[f] = ((PyMemberDescrObject *)descr)->d_member->offset;
@@ -699,10 +873,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     Py_INCREF(message_type);
     Py_XSETREF(g_message_type, (PyTypeObject *)message_type);
     g_crc32_native = native;
-    if (!PyType_IsSubtype((PyTypeObject *)result_type, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "the result type must be a tuple subclass (a NamedTuple)");
-        return NULL;
-    }
+    clear_rules(&g_rules);
+    g_rules = rules;
     Py_INCREF(result_type);
     Py_INCREF(ok);
     Py_INCREF(crc32);
@@ -715,7 +887,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"prepare", prepare, METH_VARARGS, "Validate messages and build their record templates."},
     {"encode_run", encode_run, METH_VARARGS, "Lay out prepared records from a physical offset."},
-    {"configure", configure, METH_VARARGS, "Set the PutResult type, its PUT_OK status, the CRC-32 function and the Message type."},
+    {"configure", configure, METH_VARARGS,
+     "Set the PutResult type, its PUT_OK status, the CRC-32 function, the Message type and the rules (limits, refusals)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -742,8 +915,8 @@ PyMODINIT_FUNC PyInit__codec(void) {
     INTERN(s_max_offset, "max_offset");
     INTERN(s_tags, "TAGS");
     INTERN(s_empty, "");
-    INTERN(s_illegal, "MESSAGE_ILLEGAL");
-    INTERN(s_exceeded, "PROPERTIES_SIZE_EXCEEDED");
+    INTERN(s_format, "format");
+    INTERN(s_size, "size");
 #undef INTERN
     if (PyModule_AddIntConstant(m, "ABI", CODEC_ABI) < 0) return NULL;
     return m;

@@ -13,6 +13,10 @@ editable install when a C compiler is there; tests/brokers/test_codec.py checks 
 same bytes, results, entries and refusals): a 1 KB message costs about 0.3 µs there against 5-6 µs
 here, which is what lets the store keep up with the disk (bench/produce.py). Set
 RMQ_STORE_CODEC=python to use the reference.
+
+The C file holds no rule of its own: at import, ``configure`` hands it ``native_rules()`` (message.py's
+limits and refusal texts, the status names, the magic code) along with the types it builds, and it
+checks that the record layout it writes agrees with message.py's sizes.
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
+from . import message as m
 from .consumequeue import ENTRY, ConsumeQueue, tags_code
 from .message import HEAD_BODY_SIZE, IllegalMessage, Message, body_crc, encode_head, record_tail, tags_of, validate
 from .results import PutMessageStatus, PutResult
 
 log = logging.getLogger(__name__)
 
-NATIVE_ABI = 1  # _codec.c's CODEC_ABI this module is written against
+NATIVE_ABI = 2  # _codec.c's CODEC_ABI this module is written against
 
 Record = tuple[Message, bytes, int, int]
 Reject = tuple[int, str, str]
@@ -47,7 +53,7 @@ def py_prepare(messages: Sequence[Message], limit: int) -> tuple[list[Record], l
         tail = record_tail(topic, props)
         size = HEAD_BODY_SIZE + len(msg.body) + len(tail)
         if size > limit:
-            rejects.append((i, "MESSAGE_ILLEGAL", f"a {size}-byte record does not fit a commit-log segment"))
+            rejects.append((i, PutMessageStatus.MESSAGE_ILLEGAL, m.RECORD_SIZE.format(size=size)))
             continue
         records.append((msg, tail, size, tags_code(tags_of(msg.properties))))
     return records, rejects
@@ -80,13 +86,42 @@ def py_encode_run(records: list[Record], start: int, stop: int, physical: int, n
     return b"".join(chunks), results, entries
 
 
-def _native():
+def native_rules(*, max_topic_length: int = m.MAX_TOPIC_LENGTH,
+                 max_properties_length: int = m.MAX_PROPERTIES_LENGTH) -> dict[str, object]:
+    """Every limit the native codec enforces and every refusal it gives, rendered from message.py
+    (the keyword arguments exist for tests that prove the C code reads them from here)."""
+    return {
+        "head_body_size": HEAD_BODY_SIZE, "entry_size": ENTRY.size, "magic": m.MESSAGE_MAGIC_CODE & 0xFFFFFFFF,
+        "min_topic_length": m.MIN_TOPIC_LENGTH, "max_topic_length": max_topic_length,
+        "max_properties_length": max_properties_length,
+        "illegal": PutMessageStatus.MESSAGE_ILLEGAL.value, "exceeded": PutMessageStatus.PROPERTIES_SIZE_EXCEEDED.value,
+        "topic_type": m.TOPIC_TYPE, "topic_utf8": m.TOPIC_UTF8,
+        "topic_length": m.TOPIC_LENGTH.format(min=m.MIN_TOPIC_LENGTH, max=max_topic_length),
+        "properties_type": m.PROPERTIES_TYPE, "properties_utf8": m.PROPERTIES_UTF8,
+        "properties_size": m.PROPERTIES_SIZE.format(max=max_properties_length), "body_type": m.BODY_TYPE,
+        "record_size": m.RECORD_SIZE,  # formatted by the C code with the record's size
+        "ints": tuple((name, lo, hi, m.INT_FIELD.format(name=name, lo=lo, hi=hi)) for name, lo, hi in m.INT_FIELDS),
+        "hosts": tuple((name, *m.PORT_RANGE, m.HOST_FIELD.format(name=name)) for name in m.HOST_FIELDS),
+    }
+
+
+def configure(native: ModuleType, rules: dict[str, object] | None = None) -> bool:
+    """Hand the native module the types it builds, the CRC-32 to use and the rules (``native_rules()``
+    unless given). True when it computes CRCs with ISA-L's C function, without the GIL."""
+    from isal import isal_zlib
+
+    # isal's extension exports ISA-L's C function: with it the CRCs run without the GIL.
+    return bool(native.configure(PutResult, _OK, isal_zlib.crc32, Message, isal_zlib.__file__, "crc32_gzip_refl",
+                                 native_rules() if rules is None else rules))
+
+
+def _native() -> ModuleType | None:
     """The C module when it is built, current and not switched off; else None."""
     global NATIVE_CRC
     if os.environ.get("RMQ_STORE_CODEC", "native") == "python":
         return None
     try:
-        from . import _codec
+        from . import _codec  # type: ignore[attr-defined]  # built by the editable install, maybe not
     except ImportError:
         log.warning("the store's native codec is not built (no C compiler at install?): using the Python one, "
                     "about 10x slower per message; `make venv` builds it")
@@ -95,10 +130,11 @@ def _native():
         log.warning("the store's native codec is stale (ABI %s, want %s): using the Python one; rebuild with "
                     "`pip install -e .`", getattr(_codec, "ABI", None), NATIVE_ABI)
         return None
-    from isal import isal_zlib
-
-    # isal's extension exports ISA-L's C function: with it the CRCs run without the GIL.
-    NATIVE_CRC = _codec.configure(PutResult, _OK, isal_zlib.crc32, Message, isal_zlib.__file__, "crc32_gzip_refl")
+    try:
+        NATIVE_CRC = configure(_codec)
+    except (TypeError, ValueError) as exc:  # its record layout disagrees with message.py's
+        log.warning("the store's native codec refused its rules (%s): using the Python one", exc)
+        return None
     if not NATIVE_CRC:
         log.info("the store's native codec computes CRCs through isal's Python function (holding the GIL)")
     return _codec

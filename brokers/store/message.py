@@ -11,6 +11,7 @@ left, magicCode = BLANK_MAGIC_CODE. Properties are ``name \\x01 value \\x02`` pa
 from __future__ import annotations
 
 import functools
+import mmap
 import socket
 import struct
 from collections.abc import Mapping
@@ -18,13 +19,29 @@ from dataclasses import dataclass, field
 
 from isal.isal_zlib import crc32  # zlib's CRC-32, 4x faster than the zlib module's on 1 KB bodies
 
+from .results import PutMessageStatus
+
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
 END_FILE_MIN_BLANK_LENGTH = 8  # totalSize + magicCode
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
+MIN_TOPIC_LENGTH = 1
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
+
+# What a refused message's detail says: validate() raises these, and codec.native_rules() hands them
+# (with the limits above) to the native codec, which has no text of its own.
+TOPIC_TYPE = "topic must be a string"
+TOPIC_UTF8 = "topic must be valid UTF-8"
+TOPIC_LENGTH = "topic length must be {min}..{max} bytes"
+PROPERTIES_TYPE = "properties must be a mapping"
+PROPERTIES_UTF8 = "properties must be valid UTF-8"
+PROPERTIES_SIZE = "properties exceed {max} bytes"
+BODY_TYPE = "body must be bytes"
+INT_FIELD = "{name} must be an integer from {lo} to {hi}"
+HOST_FIELD = "{name} must be a (host, port) pair"
+RECORD_SIZE = "a {size}-byte record does not fit a commit-log segment"
 
 _HEAD = struct.Struct(">iiiiiqqiq4siq4siiq")  # up to and including preparedTransactionOffset
 HEAD_SIZE = _HEAD.size  # 4+4+4+4+4+8+8+4+8+(4+4)+8+(4+4)+4+8 = 84
@@ -101,7 +118,7 @@ def record_size(topic: bytes, body: bytes, properties: bytes) -> int:
 class IllegalMessage(ValueError):
     """A message the store refuses; ``status`` is its PutMessageStatus name."""
 
-    def __init__(self, detail: str, status: str = "MESSAGE_ILLEGAL"):
+    def __init__(self, detail: str, status: str = PutMessageStatus.MESSAGE_ILLEGAL):
         super().__init__(detail)
         self.status = status
 
@@ -111,9 +128,9 @@ def _topic_bytes(topic: str) -> bytes:
     try:
         raw = topic.encode()
     except UnicodeEncodeError:
-        raise IllegalMessage("topic must be valid UTF-8") from None
-    if not raw or len(raw) > MAX_TOPIC_LENGTH:
-        raise IllegalMessage(f"topic length must be 1..{MAX_TOPIC_LENGTH} bytes")
+        raise IllegalMessage(TOPIC_UTF8) from None
+    if not MIN_TOPIC_LENGTH <= len(raw) <= MAX_TOPIC_LENGTH:
+        raise IllegalMessage(TOPIC_LENGTH.format(min=MIN_TOPIC_LENGTH, max=MAX_TOPIC_LENGTH))
     return raw
 
 
@@ -122,33 +139,36 @@ _INT64 = (-(1 << 63), (1 << 63) - 1)
 # The integer fields of a record and their ranges, in the order they are checked.
 INT_FIELDS = (("queue_id", 0, _INT32[1]), ("flag", *_INT32), ("sys_flag", *_INT32), ("born_timestamp", *_INT64),
               ("reconsume_times", *_INT32), ("prepared_transaction_offset", *_INT64))
+# The (host, port) fields and the range of their ports, in the order they are checked.
+HOST_FIELDS = ("born_host", "store_host")
+PORT_RANGE = _INT32
 
 
 def validate(msg: Message) -> tuple[bytes, bytes]:
     """The encoded topic and properties, or IllegalMessage: every field must fit its place in the
     record (a refusal answers one send; a field that does not fit must never reach the writer)."""
     if not isinstance(msg.topic, str):
-        raise IllegalMessage("topic must be a string")
+        raise IllegalMessage(TOPIC_TYPE)
     topic = _topic_bytes(msg.topic)
     try:
         props = encode_properties(msg.properties)
     except UnicodeEncodeError:
-        raise IllegalMessage("properties must be valid UTF-8") from None
+        raise IllegalMessage(PROPERTIES_UTF8) from None
     except (AttributeError, TypeError, ValueError):
-        raise IllegalMessage("properties must be a mapping") from None
+        raise IllegalMessage(PROPERTIES_TYPE) from None
     if len(props) > MAX_PROPERTIES_LENGTH:
-        raise IllegalMessage(f"properties exceed {MAX_PROPERTIES_LENGTH} bytes", "PROPERTIES_SIZE_EXCEEDED")
+        raise IllegalMessage(PROPERTIES_SIZE.format(max=MAX_PROPERTIES_LENGTH), PutMessageStatus.PROPERTIES_SIZE_EXCEEDED)
     if not isinstance(msg.body, bytes | bytearray):
-        raise IllegalMessage("body must be bytes")
+        raise IllegalMessage(BODY_TYPE)
     for name, lo, hi in INT_FIELDS:
         value = getattr(msg, name)
         if not isinstance(value, int) or not lo <= value <= hi:
-            raise IllegalMessage(f"{name} must be an integer from {lo} to {hi}")
-    for name in ("born_host", "store_host"):
+            raise IllegalMessage(INT_FIELD.format(name=name, lo=lo, hi=hi))
+    for name in HOST_FIELDS:
         host = getattr(msg, name)
         if not (isinstance(host, tuple) and len(host) == 2 and isinstance(host[0], str) and isinstance(host[1], int)
-                and _INT32[0] <= host[1] <= _INT32[1]):
-            raise IllegalMessage(f"{name} must be a (host, port) pair")
+                and PORT_RANGE[0] <= host[1] <= PORT_RANGE[1]):
+            raise IllegalMessage(HOST_FIELD.format(name=name))
     return topic, props
 
 
@@ -196,7 +216,10 @@ class Blank:
     size: int
 
 
-def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> Message | Blank:
+Readable = bytes | bytearray | memoryview | mmap.mmap  # what records are decoded from (a segment maps as mmap)
+
+
+def decode(buf: Readable, pos: int = 0, *, check_crc: bool = True) -> Message | Blank:
     """The record at ``pos``; ``CorruptRecord`` if the bytes there are not a whole valid record."""
     # A context-managed view: an exception's traceback must not keep an mmap exported.
     with memoryview(buf) as view:
@@ -242,6 +265,6 @@ def decode(buf: bytes | memoryview, pos: int = 0, *, check_crc: bool = True) -> 
         )
 
 
-def record_length(buf: bytes | memoryview, pos: int = 0) -> int:
+def record_length(buf: Readable, pos: int = 0) -> int:
     """totalSize of the record at ``pos`` (no validation)."""
     return _INT.unpack_from(buf, pos)[0]

@@ -41,7 +41,7 @@ from .files import write_json_atomically
 from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, decode, tags_of
 from .results import PutMessageStatus, PutResult
 
-__all__ = ["FlushDiskType", "MessageStore", "PutMessageStatus", "PutResult", "ReplicaGate", "StoreConfig"]
+__all__ = ["FlushDiskType", "MessageStore", "PutMessageStatus", "PutResult", "ReplicaGate", "StoreConfig", "WriteGate"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,14 @@ WRITE_JOBS_IN_FLIGHT = 2  # the loop encodes the next batch while the I/O thread
 class FlushDiskType(StrEnum):
     SYNC_FLUSH = "SYNC_FLUSH"
     ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+class WriteGate(Protocol):
+    """Who decides whether this store takes sends: on a broker, brokers/ha/gate.py's ``WritePermission``
+    (the one owner of that decision; the store has no flag of its own to set)."""
+
+    def refusal(self) -> str | None:
+        """None while sends are taken, else why not (a refused send's detail)."""
 
 
 class ReplicaGate(Protocol):
@@ -79,8 +87,10 @@ class StoreConfig:
 
 
 class MessageStore:
-    def __init__(self, config: StoreConfig):
+    def __init__(self, config: StoreConfig, write_gate: WriteGate | None = None):
+        """``write_gate``: who decides whether sends are taken (None: always, as a standalone store)."""
         self.config = config
+        self._write_gate = write_gate
         root = Path(config.store_path_root_dir)
         self.commit_log = CommitLog(root / "commitlog", config.mapped_file_size_commit_log)
         self.consume_queues = ConsumeQueues(root / "consumequeue")
@@ -99,8 +109,6 @@ class MessageStore:
         # Counters for operators and tests: group commit shows as batches << messages.
         self.stats = {"messages": 0, "batches": 0, "fsyncs": 0, "flushes": 0}  # fsyncs: SYNC_FLUSH; flushes: ASYNC
         # Role-dependent behaviour, set by the broker (and by role changes).
-        self.writable = True  # False on a slave or a fenced broker: sends get SERVICE_NOT_AVAILABLE
-        self.not_writable_reason = ""
         self.follow_max = True  # the confirm offset follows the max offset (a master, §2.6)
         self.replicas: ReplicaGate | None = None
         self.confirm_offset = 0
@@ -109,6 +117,14 @@ class MessageStore:
         self._reput_offset = 0  # replicated bytes up to here are turned into consume-queue entries
         self._reput_carry = b""  # a replicated record cut by the end of a transfer
         self.write_listeners: set[Callable[[], None]] = set()  # told after every commit-log write
+
+    @property
+    def writable(self) -> bool:
+        """Whether sends are taken now (read-only: the write gate decides; sends get SERVICE_NOT_AVAILABLE)."""
+        return self._refusal() is None
+
+    def _refusal(self) -> str | None:
+        return None if self._write_gate is None else self._write_gate.refusal()
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -159,7 +175,9 @@ class MessageStore:
                 cq.write(*taken)
         cq.add(offset, size, tags_code(tags_of(msg.properties)))
         if not publish:
-            self._parked.append((offset + size, [(cq, *cq.take_pending())]))
+            added = cq.take_pending()
+            assert added is not None  # the entry just added
+            self._parked.append((offset + size, [(cq, *added)]))
 
     async def start(self) -> RecoveryReport:
         loop = asyncio.get_running_loop()
@@ -248,8 +266,9 @@ class MessageStore:
         refused one by one; the others are written together."""
         if not self.running or self._queue is None:
             return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="the store is not running")] * len(messages)
-        if not self.writable:
-            return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=self.not_writable_reason)] * len(messages)
+        refusal = self._refusal()
+        if refusal is not None:
+            return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=refusal)] * len(messages)
         need_acks = 0
         gate = self.replicas
         if gate is not None:  # §4.2: checked, and needAckNums computed, before appending
@@ -288,18 +307,21 @@ class MessageStore:
         the next (at most WRITE_JOBS_IN_FLIGHT jobs queued). ``_acker`` answers the sends in order."""
         loop = asyncio.get_running_loop()
         sync = self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        queue, slots, acks = self._queue, self._write_slots, self._acks
+        assert queue is not None and slots is not None and acks is not None  # set by start()
         while True:
-            await self._write_slots.acquire()
-            batch = [await self._queue.get()]
+            await slots.acquire()
+            batch = [await queue.get()]
             count = len(batch[0][0])
-            while count < self.config.max_batch and not self._queue.empty():
-                batch.append(self._queue.get_nowait())
+            while count < self.config.max_batch and not queue.empty():
+                batch.append(queue.get_nowait())
                 count += len(batch[-1][0])
             records = list(chain.from_iterable(rs for rs, _ in batch))
             job: asyncio.Future | None = None
             try:
-                if not self.writable or not self.running:  # demoted (or failed) while these waited
-                    raise _NotWritable(self.not_writable_reason or "the store is not running")
+                refusal = self._refusal() if self.running else "the store is not running"
+                if refusal is not None:  # demoted (or failed) while these waited
+                    raise _NotWritable(refusal)
                 # Placing and encoding is CPU work: here, on the loop (a second Python thread would
                 # only contend for the GIL). The writes and the fsync release the GIL: I/O thread.
                 flat, writes, entries = self._place(records)
@@ -313,13 +335,15 @@ class MessageStore:
                 flat = [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail=str(exc))] * len(records)
             except Exception as exc:
                 flat = self._failed(exc, len(records))
-            self._acks.put_nowait((job, batch, flat))
+            acks.put_nowait((job, batch, flat))
 
     async def _acker(self) -> None:
         """Answers each batch's sends once its write job is done (in the order they were written: a
         send is acknowledged only when everything before it is on disk too)."""
+        acks, slots = self._acks, self._write_slots
+        assert acks is not None and slots is not None  # set by start()
         while True:
-            job, batch, flat = await self._acks.get()
+            job, batch, flat = await acks.get()
             try:
                 if job is not None:
                     await job
@@ -327,7 +351,7 @@ class MessageStore:
             except Exception as exc:
                 flat = self._failed(exc, len(flat))
             finally:
-                self._write_slots.release()
+                slots.release()
             self.stats["messages"] += len(flat)
             self.stats["batches"] += 1
             at = 0
@@ -392,12 +416,14 @@ class MessageStore:
         config = self.config
         least = config.flush_commit_log_least_pages * PAGE_SIZE
         flushed, thorough_at = self.max_offset, time.monotonic()
+        written = self._written
+        assert written is not None  # set by start()
         while True:
             try:
-                await asyncio.wait_for(self._written.wait(), config.flush_interval_commit_log / 1000)
+                await asyncio.wait_for(written.wait(), config.flush_interval_commit_log / 1000)
             except TimeoutError:
                 pass
-            self._written.clear()
+            written.clear()
             end, now = self.max_offset, time.monotonic()
             thorough = now - thorough_at >= config.flush_commit_log_thorough_interval / 1000
             if end - flushed < least and not (thorough and end != flushed):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from brokers.store import message as m
 from brokers.store.commitlog import CommitLog
+
+pytestmark = pytest.mark.unit
 
 SEGMENT = 4096
 

@@ -10,6 +10,8 @@ import pytest
 
 from brokers.config import ConfigInvalid, from_mapping, parse_properties
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = {"brokerName": "broker-a", "storePathRootDir": "/tmp/x", "controlPlaneUrl": "http://127.0.0.1:8000",
         "controlPlaneToken": "rmq_x"}

@@ -22,6 +22,8 @@ from brokers.ha.epoch import (
     plan_catch_up,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def cache(*pairs: tuple[int, int]) -> EpochCache:
     return EpochCache(EpochEntry(e, s) for e, s in pairs)

@@ -11,10 +11,14 @@ import pytest
 
 from brokers.config import BrokerConfig
 from brokers.ha.epoch import EPOCH_FILE_NAME, EpochEntry, EpochFile
+from brokers.ha.gate import WritePermission
+from brokers.ha.quorum import BrokerRole
 from brokers.ha.service import HAService
 from brokers.store.message import Message
 from brokers.store.store import MessageStore, PutMessageStatus, StoreConfig
-from tests.procs import free_port
+from testkit.ports import free_port
+
+pytestmark = pytest.mark.unit
 
 SEG = 64 * 1024
 BODY = b"m" * 300
@@ -30,9 +34,10 @@ def config(root: Path, role: str, broker_id: int, ha_port: int, master_port: int
 class Node:
     def __init__(self, cfg: BrokerConfig):
         self.cfg = cfg
-        self.store = MessageStore(StoreConfig(Path(cfg.storePathRootDir), mapped_file_size_commit_log=SEG))
+        self.permission = WritePermission(BrokerRole(cfg.brokerRole))
+        self.store = MessageStore(StoreConfig(Path(cfg.storePathRootDir), mapped_file_size_commit_log=SEG), self.permission)
         self.store.follow_max = cfg.brokerRole != "SLAVE"
-        self.ha = HAService(cfg, self.store)
+        self.ha = HAService(cfg, self.store, self.permission)
 
     async def start(self, before_ha=None) -> Node:
         await self.store.start()
@@ -161,7 +166,7 @@ def test_the_handshake_cuts_a_forked_tail_where_the_epochs_part(tmp_path, new_ma
         assert a.store.max_offset > fork
         await a.stop()
 
-        async def epoch_2(node: Node) -> None:  # what the controller would do when electing B (issue 6)
+        async def epoch_2(node: Node) -> None:  # what the controller would do when electing B
             node.ha.epochs.append(EpochEntry(2, node.store.max_offset))
 
         b = await Node(config(tmp_path / "b", "ASYNC_MASTER", 0, b_port)).start(before_ha=epoch_2)
@@ -259,6 +264,36 @@ def test_sync_master_waits_for_its_slave_and_times_out_without_it(tmp_path):
             assert late.status is PutMessageStatus.FLUSH_SLAVE_TIMEOUT  # stored, but no replica acked in time
             assert master.store.max_offset > before
         finally:
+            await master.stop()
+
+    run(scenario())
+
+
+def test_the_water_level_report_says_which_slaves_are_in_sync_by_the_quorum_rule(tmp_path):
+    """Each slave entry carries inSync (quorum.slave_in_sync: gap under haMaxGapNotInSync) and the
+    report carries the broker's haMaxGapNotInSync, so readers never re-implement the rule."""
+
+    async def scenario():
+        port = free_port()
+        master = await Node(config(tmp_path / "m", "ASYNC_MASTER", 0, port, haMaxGapNotInSync=4096)).start()
+        slave = await Node(config(tmp_path / "s", "SLAVE", 1, free_port(), port)).start()
+        try:
+            await master.put(30)  # 30 x ~390 bytes: more than haMaxGapNotInSync
+            await until(lambda: master.ha.server.connections and all(
+                c.ack_offset == master.store.max_offset for c in master.ha.server.connections), "the slave's catch-up")
+            report = master.ha.water_levels()
+            assert report["haMaxGapNotInSync"] == 4096 and report["maxOffset"] > 4096
+            (entry,) = report["slaves"]
+            assert (entry["brokerId"], entry["lagBytes"], entry["inSync"]) == (1, 0, True)
+
+            (conn,) = master.ha.server.connections
+            conn.ack_offset = master.store.max_offset - 4096  # as a slave exactly haMaxGapNotInSync behind
+            (entry,) = master.ha.water_levels()["slaves"]
+            assert (entry["lagBytes"], entry["inSync"]) == (4096, False)
+            conn.ack_offset += 1
+            assert master.ha.water_levels()["slaves"][0]["inSync"] is True
+        finally:
+            await slave.stop()
             await master.stop()
 
     run(scenario())

@@ -20,6 +20,8 @@ from brokers.ha.packets import (
     slave_packet_size,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def test_states_are_the_ha_connection_state_ordinals():
     assert [(s.name, s.value) for s in HAState] == [

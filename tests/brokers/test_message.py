@@ -6,6 +6,8 @@ from hypothesis import strategies as st
 
 from brokers.store import message as m
 
+pytestmark = pytest.mark.unit
+
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-%|", min_size=1, max_size=40)
 
 

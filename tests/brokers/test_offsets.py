@@ -1,6 +1,10 @@
 """Consumer offsets and their DataVersion (reference §5.4)."""
 
+import pytest
+
 from brokers.store.offsets import ConsumerOffsets, DataVersion
+
+pytestmark = pytest.mark.unit
 
 
 def test_data_version_advances_every_500_commits_with_the_state_version(tmp_path):

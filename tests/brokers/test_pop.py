@@ -2,7 +2,11 @@
 
 import time
 
+import pytest
+
 from brokers.pop import PopState, ReceiptHandle, dlq_topic, retry_topic
+
+pytestmark = pytest.mark.unit
 
 
 def test_receipt_handles_round_trip_and_reject_garbage():

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from brokers.ha.epoch import CatchUpAction, EpochCache, EpochEntry, ForkCase, plan_catch_up
+
+pytestmark = pytest.mark.unit
 
 
 @dataclass
