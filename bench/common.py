@@ -3,45 +3,17 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-import httpx
-import psycopg
+from testkit.controlplane import clear_redis_prefix, running_web
+from testkit.controlplane import fresh_database as prepare_database
+from testkit.controlplane import standalone_env as bench_env
+from testkit.procs import ARTIFACTS, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def bench_env(name: str) -> dict[str, str]:
-    """Environment for a benchmark: DATABASE_URL / REDIS_URL as given (the launcher sets them), but a
-    database and Redis key prefix of the benchmark's own, so a demo's data is never touched."""
-    base_db = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/rocketmq_ha")
-    stem, _, query = base_db.partition("?")
-    db_url = stem.rsplit("/", 1)[0] + f"/rocketmq_ha_bench_{name}" + (f"?{query}" if query else "")
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=db_url,
-        REDIS_URL=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-        REDIS_KEY_PREFIX=f"rmqha-bench-{name}:",
-        DJANGO_SETTINGS_MODULE="controlplane.settings",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def prepare_database(env: dict[str, str]) -> None:
-    """Create the benchmark database afresh and migrate it."""
-    url = env["DATABASE_URL"]
-    name = url.partition("?")[0].rsplit("/", 1)[1]
-    admin_url = url.partition("?")[0].rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+__all__ = ["ROOT", "bench_env", "clear_redis_prefix", "paced", "percentile", "prepare_database", "server", "setup_django"]
 
 
 def setup_django(env: dict[str, str]) -> None:
@@ -52,43 +24,13 @@ def setup_django(env: dict[str, str]) -> None:
     django.setup()
 
 
-def clear_redis_prefix(env: dict[str, str]) -> None:
-    import redis
-
-    client = redis.Redis.from_url(env["REDIS_URL"])
-    keys = list(client.scan_iter(env["REDIS_KEY_PREFIX"] + "*", count=1000))
-    if keys:
-        client.delete(*keys)
-
-
 @contextmanager
-def server(env: dict[str, str], port: int, workers: int = 1, ws_impl: str = "websockets-sansio"):
-    log = open(ROOT / ".data" / f"bench-uvicorn-{port}.log", "wb") if (ROOT / ".data").is_dir() else subprocess.DEVNULL
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--workers", str(workers), "--ws", ws_impl, "--ws-per-message-deflate", "false", "--loop", "uvloop",
-         "--http", "httptools", "--no-access-log", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the control plane did not start; see .data/bench-uvicorn-*.log")
-            time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        # The whole process group: with --workers > 1, uvicorn's workers are its children.
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+def server(env: dict[str, str], port: int | None = None, workers: int = 1, ws_impl: str = "websockets-sansio") -> Iterator[str]:
+    """The control plane's web server (uvloop + httptools, as in the demo) until the block ends; yields its URL.
+    ``port``: None for a reserved one (testkit.ports)."""
+    log_dir = ROOT / ".data" if (ROOT / ".data").is_dir() else ARTIFACTS
+    with running_web(env, log_dir, port=port, workers=workers, ws=ws_impl, fast=True, log_level="warning") as url:
+        yield url
 
 
 def paced(call, start_wall: float, stop_wall: float, rate: float) -> list[float]:

@@ -1,4 +1,4 @@
-"""Dashboard benchmark (issue 7).
+"""Dashboard benchmark.
 
 (a) Server time to render the overview page with 1,000 replica groups (3 replicas each, a master, a
     SyncStateSet, nameserver members with live heartbeats and water-level reports in Redis): median of
@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import bench_env, clear_redis_prefix, percentile, prepare_database, server, setup_django  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -97,11 +98,7 @@ def push_latency(env: dict, pushes: int) -> float:
 
     op = User.objects.create_user("bench-operator", password="operator-pw-1")
     op.groups.add(Group.objects.get_or_create(name=OPERATORS_GROUP)[0])
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     # The benchmark group's replicas must be alive in the controller's heartbeat table to be elected.
     from controlplane.controller import liveness as ctl_liveness
     from controlplane.controller import services

@@ -11,7 +11,7 @@ one JSON object.
     DATABASE_URL=... REDIS_URL=... .venv/bin/python bench/failover.py [--kills 20 --stops 5 --rate 400]
 
 Goal: rto_median_s <= 1, rto_p99_s <= 2, lost_acked = 0, stop_rto_median_s <= heartbeat timeout + 1.
-Uses a database and Redis key prefix of its own (bench/common.py); logs and stores in
+Uses a database and Redis key prefix of its own (testkit/controlplane.py); logs and stores in
 test-artifacts/chaos/bench-failover-*/.
 """
 
@@ -27,14 +27,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import percentile  # noqa: E402
-from chaos.controlplane import standalone_env  # noqa: E402
 from chaos.faults import FaultRecord, Kill9, SigStop  # noqa: E402
 from chaos.harness import TOPIC, Harness  # noqa: E402
-from chaos.procs import wait_until  # noqa: E402
 from chaos.replicas import GroupSettings  # noqa: E402
 from chaos.runner import Report, ScenarioConfig, drain_and_check  # noqa: E402
 from chaos.workload import Producer  # noqa: E402
-from tests.procs import ARTIFACTS  # noqa: E402
+from testkit.controlplane import fresh_standalone_env  # noqa: E402
+from testkit.procs import ARTIFACTS, wait_until  # noqa: E402
 
 SETTLE_S = 1.0  # load on the whole group between trials
 
@@ -83,7 +82,7 @@ def main() -> int:
                             heartbeat_timeout_ms=args.heartbeat_timeout_ms, scan_interval_ms=args.scan_interval_ms,
                             rate=args.rate)
     run_dir = ARTIFACTS / "chaos" / f"bench-failover-{time.strftime('%Y%m%d-%H%M%S')}"
-    env = standalone_env("failover")
+    env = fresh_standalone_env("failover")
     settings: GroupSettings = config.group_settings()
     h = Harness(settings, run_dir, env, scan_interval_ms=config.scan_interval_ms, verbose=not args.quiet)
     report = Report(config, run_dir)

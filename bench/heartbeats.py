@@ -161,7 +161,7 @@ def main() -> None:
     p.add_argument("--rest-concurrency", type=int, default=16)
     p.add_argument("--workers", type=int, default=int(os.environ.get("BENCH_WORKERS", "2")),
                    help="uvicorn worker processes (the control plane is stateless)")
-    p.add_argument("--port", type=int, default=18765)
+    p.add_argument("--port", type=int, default=None, help="HTTP port (default: a reserved free one)")
     p.add_argument("--ws-impl", default="websockets-sansio", choices=["websockets", "websockets-sansio", "wsproto"])
     args = p.parse_args()
 

@@ -1,4 +1,4 @@
-"""Produce benchmark for the broker store (issue 4).
+"""Produce benchmark for the broker store.
 
 (a) in-process store append of 1 KB messages under ASYNC_FLUSH, against a plain sequential write of
     the same bytes (1 MiB os.write calls, one fsync at the end) as the physical baseline; both end
@@ -100,32 +100,21 @@ def raw_write(path: Path, total: int) -> float:
 
 def grpc_phase(root: Path, count: int, batch: int, in_flight: int) -> float:
     """Start a broker process, create the topic in its store config, and send over gRPC."""
-    import socket
-    import subprocess
-
     import grpc
     from rocketmq.grpc_protocol import definition_pb2 as pb
     from rocketmq.grpc_protocol import service_pb2 as spb
     from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
     from brokers.topics import TopicConfig, TopicConfigManager
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+    from testkit.brokers import BrokerPorts, broker_keys, broker_process, unreachable_control_plane, write_broker_conf
 
     root.mkdir(parents=True)
     TopicConfigManager(root / "config" / "topics.json").update(TopicConfig("Bench", 8, 8, 6))
-    port = free_port()
-    conf = root / "broker.conf"
-    conf.write_text("\n".join([
-        "brokerName=bench", f"listenPort={free_port()}", f"haListenPort={free_port()}", f"grpcServerPort={port}",
-        f"storePathRootDir={root}", f"controlPlaneUrl=http://127.0.0.1:{free_port()}", "controlPlaneToken=unused",
-        f"mappedFileSizeCommitLog={SEGMENT}",
-    ]))
-    broker = subprocess.Popen([sys.executable, "-m", "brokers", "-c", str(conf), "--log-level", "ERROR"],
-                              cwd=Path(__file__).resolve().parent.parent, stderr=subprocess.DEVNULL)
+    ports = BrokerPorts.reserve()
+    port = ports.grpc
+    conf = write_broker_conf(root / "broker.conf", broker_keys("bench", root, ports, unreachable_control_plane(),
+                                                               mappedFileSizeCommitLog=SEGMENT))
+    broker = broker_process("broker", conf, root / "broker.log", log_level="ERROR").start()
     try:
         async def run() -> float:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -149,8 +138,7 @@ def grpc_phase(root: Path, count: int, batch: int, in_flight: int) -> float:
 
         return asyncio.run(run())
     finally:
-        broker.terminate()
-        broker.wait(timeout=30)
+        broker.stop(30)
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Replication benchmark for classic master/slave over the HA link (brokers/ha/).
 
 Every phase starts real broker processes (``python -m brokers -c broker.conf``) in fresh temporary
-folders, with ports from ``free_port()`` and an unreachable control-plane URL (sending needs no
+folders, with reserved ports (testkit) and an unreachable control-plane URL (sending needs no
 control plane; the brokers keep retrying in the background): a master that has the topic in its
 ``topics.json``, and slaves with ``brokerRole=SLAVE``, ``brokerId>0`` and ``haMasterAddress`` set to
 the master's haListenPort. One client process sends 1 KB messages in batched SendMessage requests
@@ -44,8 +44,6 @@ import bisect
 import json
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -60,10 +58,12 @@ from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
 from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc  # noqa: E402
 
-from bench.common import ROOT, percentile  # noqa: E402
+from bench.common import percentile  # noqa: E402
 from bench.produce import BODY, SEGMENT  # noqa: E402
 from brokers.runtime import tune_gc  # noqa: E402
 from brokers.topics import TopicConfig, TopicConfigManager  # noqa: E402
+from testkit.brokers import BrokerPorts, broker_keys, broker_process, unreachable_control_plane, write_broker_conf  # noqa: E402
+from testkit.procs import Process  # noqa: E402
 
 TOPIC = "Bench"
 STOP_TIMEOUT_S = 30
@@ -75,12 +75,6 @@ def log(msg: str) -> None:
     print(f"[replication] {msg}", file=sys.stderr, flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # --- broker processes ----------------------------------------------------------------------------------
 
 
@@ -90,31 +84,19 @@ class BrokerProc:
     root: Path
     grpc_port: int
     ha_port: int
-    proc: subprocess.Popen
-    log_file: object = field(repr=False)
+    process: Process = field(repr=False)
 
     @property
     def commitlog(self) -> Path:
         return self.root / "commitlog"
 
     def log_tail(self, lines: int = 15) -> str:
-        try:
-            return "\n".join((self.root.parent / f"{self.name}.log").read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return self.process.log_tail(lines)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                log(f"WARNING: {self.name} did not stop within {STOP_TIMEOUT_S} s; killing it")
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.log_file.close()
-        if self.proc.returncode not in (0, -15):
-            log(f"WARNING: {self.name} exited with code {self.proc.returncode}:\n{self.log_tail()}")
+        code = self.process.stop(STOP_TIMEOUT_S)
+        if code not in (0, -15):
+            log(f"WARNING: {self.name} exited with code {code}:\n{self.log_tail()}")
 
 
 def start_broker(base: Path, name: str, role: str, broker_id: int = 0, master_ha_port: int | None = None,
@@ -123,22 +105,14 @@ def start_broker(base: Path, name: str, role: str, broker_id: int = 0, master_ha
     root.mkdir(parents=True)
     if role != "SLAVE":
         TopicConfigManager(root / "config" / "topics.json").update(TopicConfig(TOPIC, 8, 8, 6))
-    grpc_port, ha_port = free_port(), free_port()
-    lines = [
-        "brokerName=bench", f"brokerId={broker_id}", f"brokerRole={role}", f"listenPort={free_port()}",
-        f"haListenPort={ha_port}", f"grpcServerPort={grpc_port}", f"storePathRootDir={root}",
-        f"controlPlaneUrl=http://127.0.0.1:{free_port()}", "controlPlaneToken=unused",
-        f"mappedFileSizeCommitLog={SEGMENT}", f"inSyncReplicas={in_sync}", f"totalReplicas={total}",
-    ]
+    ports = BrokerPorts.reserve()
+    keys = broker_keys("bench", root, ports, unreachable_control_plane(), brokerId=broker_id, brokerRole=role,
+                       mappedFileSizeCommitLog=SEGMENT, inSyncReplicas=in_sync, totalReplicas=total)
     if master_ha_port is not None:
-        lines.append(f"haMasterAddress=127.0.0.1:{master_ha_port}")
-    lines += EXTRA_CONF
-    conf = base / f"{name}.conf"
-    conf.write_text("\n".join(lines) + "\n")
-    out = open(base / f"{name}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "brokers", "-c", str(conf), "--log-level", "WARNING"],
-                            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
-    return BrokerProc(name, root, grpc_port, ha_port, proc, out)
+        keys["haMasterAddress"] = f"127.0.0.1:{master_ha_port}"
+    conf = write_broker_conf(base / f"{name}.conf", keys, EXTRA_CONF)
+    process = broker_process(name, conf, base / f"{name}.log", log_level="WARNING").start()
+    return BrokerProc(name, root, ports.grpc, ports.ha, process)
 
 
 def log_size(commitlog: Path) -> int:
@@ -165,8 +139,7 @@ def wait_caught_up(master: BrokerProc, slaves: list[BrokerProc], timeout: float)
         if size > 0 and all(log_size(s.commitlog) == size for s in slaves):
             return True
         for b in (master, *slaves):
-            if b.proc.poll() is not None:
-                raise RuntimeError(f"{b.name} exited with code {b.proc.returncode}:\n{b.log_tail()}")
+            b.process.check_alive()
         time.sleep(0.01)
     return False
 

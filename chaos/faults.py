@@ -11,9 +11,10 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
+from testkit.procs import wait_until
+
 from .checks import first_election_after, wall_time
 from .harness import GROUP, Harness
-from .procs import wait_until
 from .replicas import BrokerNode
 from .workload import Producer
 
@@ -254,7 +255,7 @@ class CutHaLink(Fault):
     apart, then a black hole longer than haHousekeepingInterval, then the link heals. No master change
     is expected; writes may stall while the master waits for the cut slave.
 
-    Needs the slave to reach the master through ``proxy`` (a tests.faultproxy.FaultProxy); without
+    Needs the slave to reach the master through ``proxy`` (a testkit.faultproxy.FaultProxy); without
     one, the cuts are made by destroying the sockets (``ss -K``) and there is no black hole."""
 
     kind = "cut-ha-link"

@@ -10,10 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+from testkit.controlplane import ControlPlane
+from testkit.procs import wait_until
+
 from .api import ControlPlaneApi
-from .controlplane import ControlPlane
 from .monitor import Monitor
-from .procs import wait_until
 from .replicas import CLUSTER, GROUP, BrokerNode, GroupSettings
 
 TOPIC = "ChaosTopic"
@@ -29,7 +30,7 @@ class Harness:
         self.env = env
         self.scan_interval_ms = scan_interval_ms
         self.verbose = verbose
-        self.controlplane = ControlPlane(env, run_dir)
+        self.controlplane = ControlPlane(env, run_dir / "logs")
         self.nodes = [BrokerNode(i, run_dir, env) for i in range(1, settings.replicas + 1)]
         self.api: ControlPlaneApi | None = None
         self.monitor: Monitor | None = None

@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brokers.ha.epoch import EPOCH_FILE_NAME, EpochEntry, EpochFileCorrupt, parse_checkpoint
-from tests.procs import free_port
-
-from .procs import Process, python
+from testkit.brokers import BrokerPorts, broker_keys, broker_process, write_broker_conf
 
 CLUSTER = "chaos"
 GROUP = "chaos-a"
@@ -49,10 +47,10 @@ class BrokerNode:
         self.index = index
         self.name = f"n{index}"
         self.root = run_dir / "brokers" / self.name
-        self.listen_port, self.ha_port, self.grpc_port = free_port(), free_port(), free_port()
+        self.ports = BrokerPorts.reserve()
+        self.listen_port, self.ha_port, self.grpc_port = self.ports.listen, self.ports.ha, self.ports.grpc
         self.conf = self.root / "broker.conf"
-        self.process = Process(f"broker-{self.name}", python("-m", "brokers", "-c", str(self.conf)), env,
-                               run_dir / "logs" / f"broker-{self.name}.log")
+        self.process = broker_process(f"broker-{self.name}", self.conf, run_dir / "logs" / f"broker-{self.name}.log", env)
 
     @property
     def addr(self) -> str:
@@ -69,18 +67,15 @@ class BrokerNode:
     def configure(self, settings: GroupSettings, control_plane_url: str, token: str,
                   master_ha_addr: str | None = None) -> None:
         s = settings
-        lines = {
-            "brokerClusterName": CLUSTER, "brokerName": GROUP, "brokerIP1": "127.0.0.1",
-            "listenPort": self.listen_port, "haListenPort": self.ha_port, "grpcServerPort": self.grpc_port,
-            "storePathRootDir": self.root, "controlPlaneUrl": control_plane_url, "controlPlaneToken": token,
-            "mappedFileSizeCommitLog": s.segment_bytes, "brokerHeartbeatInterval": s.heartbeat_interval_ms,
-            "brokerNotActiveTimeoutMillis": s.heartbeat_timeout_ms,
-            "totalReplicas": s.replicas, "inSyncReplicas": s.in_sync_replicas_key, "minInSyncReplicas": 1,
-            "allAckInSyncStateSet": str(s.all_ack).lower(),
-            "haSendHeartbeatInterval": 500, "haHousekeepingInterval": 3000,
-        }
+        lines = broker_keys(
+            GROUP, self.root, self.ports, control_plane_url, cluster=CLUSTER, token=token, brokerIP1="127.0.0.1",
+            mappedFileSizeCommitLog=s.segment_bytes, brokerHeartbeatInterval=s.heartbeat_interval_ms,
+            brokerNotActiveTimeoutMillis=s.heartbeat_timeout_ms,
+            totalReplicas=s.replicas, inSyncReplicas=s.in_sync_replicas_key, minInSyncReplicas=1,
+            allAckInSyncStateSet=s.all_ack, haSendHeartbeatInterval=500, haHousekeepingInterval=3000,
+        )
         if s.mode == "controller":
-            lines |= {"enableControllerMode": "true", "controllerHeartBeatTimeoutMills": s.heartbeat_timeout_ms,
+            lines |= {"enableControllerMode": True, "controllerHeartBeatTimeoutMills": s.heartbeat_timeout_ms,
                       "brokerElectionPriority": self.index}
         elif self.index == 1:
             lines |= {"brokerId": 0, "brokerRole": "SYNC_MASTER"}
@@ -89,8 +84,7 @@ class BrokerNode:
         if master_ha_addr:  # a fixed master HA address (e.g. a fault proxy): only while that master lasts
             lines["haMasterAddress"] = master_ha_addr
         lines |= s.extra
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        write_broker_conf(self.conf, lines)
 
     # --- what the store holds (read with the broker stopped) -------------------------------------
 

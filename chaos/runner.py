@@ -24,8 +24,9 @@ from pathlib import Path
 
 import grpc
 
-from tests.faultproxy import FaultProxy
-from tests.procs import ARTIFACTS
+from testkit.controlplane import fresh_standalone_env
+from testkit.faultproxy import FaultProxy
+from testkit.procs import ARTIFACTS, wait_until
 
 from .checks import (
     Delivery,
@@ -38,10 +39,8 @@ from .checks import (
     masters_per_epoch_reported,
     several,
 )
-from .controlplane import standalone_env
 from .faults import CutHaLink, Fault, FaultRecord, Kill9, KillWithControlPlane, SigStop
 from .harness import GROUP, QUEUES, TOPIC, Harness
-from .procs import wait_until
 from .replicas import BrokerNode, GroupSettings
 from .workload import Producer, read_back
 
@@ -235,7 +234,7 @@ def run(config: ScenarioConfig, env: dict[str, str] | None = None, verbose: bool
     started = time.monotonic()
     run_dir = config.run_dir or default_run_dir(config.scenario)
     if env is None:
-        env = standalone_env("chaos_" + config.scenario.replace("-", "_"))
+        env = fresh_standalone_env("chaos_" + config.scenario.replace("-", "_"))
     h = Harness(config.group_settings(), run_dir, env, scan_interval_ms=config.scan_interval_ms, verbose=verbose)
     report = Report(config, run_dir)
     proxy: FaultProxy | None = None

@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from tests.faultproxy import FaultProxy
+from testkit.faultproxy import FaultProxy
+
+pytestmark = pytest.mark.unit
 
 IO_TIMEOUT = 5.0
 

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,42 +15,35 @@ import httpx
 import pytest
 
 from controlplane.models import ApiToken
-from tests.procs import ARTIFACTS, ROOT, free_port, uvicorn_server
+from testkit.brokers import BrokerPorts, broker_keys, broker_process, write_broker_conf
+from testkit.procs import wait_until
+from tests.procs import ARTIFACTS, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
 
 def start_broker(conf: Path, name: str) -> subprocess.Popen:
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = open(ARTIFACTS / f"broker-{name}-{os.getpid()}-{time.time_ns()}.log", "wb")
-    return subprocess.Popen([sys.executable, "-m", "brokers", "-c", str(conf)], cwd=ROOT, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    """``python -m brokers -c conf`` in its own process group, logging under test-artifacts/."""
+    log_path = ARTIFACTS / f"broker-{name}-{os.getpid()}-{time.time_ns()}.log"
+    popen = broker_process(f"broker-{name}", conf, log_path).start().popen
+    assert popen is not None
+    return popen
 
 
 def wait_for(predicate, timeout_s: float, what: str) -> float:
-    start = time.monotonic()
-    while True:
-        value = predicate()
-        if value:
-            return time.monotonic() - start
-        if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"{what} not seen within {timeout_s} s")
-        time.sleep(0.05)
+    """Poll until truthy (an exception fails the test at once); the seconds it took."""
+    return wait_until(predicate, timeout_s, what, tolerate=())
 
 
 def test_broker_membership_topics_and_kill_9(tmp_path):
     broker_token = ApiToken.issue("e2e-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('e2e-admin', 'admin')[1]}"}
-    port = free_port()
+    ports = BrokerPorts.reserve()
     with uvicorn_server() as base:
-        conf = tmp_path / "broker.conf"
-        conf.write_text("\n".join([
-            "brokerClusterName=e2e", "brokerName=broker-a", "brokerId=0", f"listenPort={port}",
-            f"haListenPort={free_port()}", f"grpcServerPort={free_port()}", f"storePathRootDir={tmp_path / 'store'}",
-            f"controlPlaneUrl={base}",
-            f"controlPlaneToken={broker_token}", "mappedFileSizeCommitLog=65536", "brokerHeartbeatInterval=200",
-        ]))
-        addr = f"127.0.0.1:{port}"
+        conf = write_broker_conf(tmp_path / "broker.conf", broker_keys(
+            "broker-a", tmp_path / "store", ports, base, cluster="e2e", token=broker_token, brokerId=0,
+            mappedFileSizeCommitLog=65536, brokerHeartbeatInterval=200))
+        addr = f"127.0.0.1:{ports.listen}"
 
         def members():
             info = httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()

@@ -14,13 +14,12 @@ from playwright.sync_api import expect, sync_playwright
 
 from controlplane.models import ApiToken
 from dashboards.permissions import OPERATORS_GROUP
+from testkit import browser as browsers
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_replication import Replica, stop_all
 from tests.procs import ARTIFACTS, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 
 
 def test_an_operator_elects_isolates_and_sees_it_live_in_the_browser(tmp_path):
@@ -51,7 +50,7 @@ def test_an_operator_elects_isolates_and_sees_it_live_in_the_browser(tmp_path):
             before = info()
             slave_id = next(i for i in before["syncStateSet"] if i != before["masterBrokerId"])
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+                browser = browsers.launch(pw)
                 try:
                     page = browser.new_page()
                     page.goto(f"{base}/accounts/login/")

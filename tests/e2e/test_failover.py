@@ -7,6 +7,8 @@ catches up byte for byte."""
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -16,7 +18,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from controlplane.models import ApiToken
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_replication import Replica, send, stop_all
-from tests.procs import celery_worker_and_beat, uvicorn_server
+from tests.procs import ROOT, celery_worker_and_beat, child_env, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -59,9 +61,8 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
         assert master.log_bytes() == slave.log_bytes()
         stored = sum(1 for _ in iter_messages(slave))
         assert stored >= acked == 2502
-        check = __import__("subprocess").run(
-            [__import__("sys").executable, "manage.py", "check_controller_invariants"], capture_output=True, text=True,
-            env=__import__("tests.procs", fromlist=["child_env"]).child_env())
+        check = subprocess.run([sys.executable, "manage.py", "check_controller_invariants"], cwd=ROOT,
+                               capture_output=True, text=True, env=child_env())
         assert check.returncode == 0, check.stdout + check.stderr
 
 

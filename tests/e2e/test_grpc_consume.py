@@ -15,8 +15,9 @@ from rocketmq import Message as ClientMessage
 from rocketmq.v5.exception import BadRequestException
 
 from controlplane.models import ApiToken
+from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import free_port, uvicorn_server
+from tests.procs import uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 MESSAGES = 10_000
@@ -35,13 +36,11 @@ def test_produce_and_consume_with_the_official_clients(tmp_path):
         procs, grpc_ports = [], []
         try:
             for name in ("broker-a", "broker-b"):
-                grpc_port = free_port()
-                conf = tmp_path / f"{name}.conf"
-                conf.write_text("\n".join([
-                    "brokerClusterName=consume", f"brokerName={name}", "brokerId=0", f"listenPort={free_port()}",
-                    f"haListenPort={free_port()}", f"grpcServerPort={grpc_port}", f"storePathRootDir={tmp_path / name}",
-                    f"controlPlaneUrl={base}", f"controlPlaneToken={broker_token}", "mappedFileSizeCommitLog=4194304",
-                ]))
+                ports = BrokerPorts.reserve()
+                grpc_port = ports.grpc
+                conf = write_broker_conf(tmp_path / f"{name}.conf", broker_keys(
+                    name, tmp_path / name, ports, base, cluster="consume", token=broker_token, brokerId=0,
+                    mappedFileSizeCommitLog=4194304))
                 procs.append(start_broker(conf, name))
                 grpc_ports.append(grpc_port)
 

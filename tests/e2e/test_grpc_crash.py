@@ -14,8 +14,9 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Produce
 from rocketmq import Message as ClientMessage
 
 from controlplane.models import ApiToken
+from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import free_port, uvicorn_server
+from tests.procs import uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -23,15 +24,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
     broker_token = ApiToken.issue("crash-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('crash-admin', 'admin')[1]}"}
-    grpc_port = free_port()
-    conf = tmp_path / "broker.conf"
+    ports = BrokerPorts.reserve()
+    grpc_port = ports.grpc
     with uvicorn_server() as base:
-        conf.write_text("\n".join([
-            "brokerClusterName=crash", "brokerName=broker-a", "brokerId=0", f"listenPort={free_port()}",
-            f"haListenPort={free_port()}", f"grpcServerPort={grpc_port}", f"storePathRootDir={tmp_path / 'store'}",
-            f"controlPlaneUrl={base}", f"controlPlaneToken={broker_token}", "mappedFileSizeCommitLog=1048576",
-            "flushDiskType=SYNC_FLUSH", "brokerHeartbeatInterval=200",
-        ]))
+        conf = write_broker_conf(tmp_path / "broker.conf", broker_keys(
+            "broker-a", tmp_path / "store", ports, base, cluster="crash", token=broker_token, brokerId=0,
+            mappedFileSizeCommitLog=1048576, flushDiskType="SYNC_FLUSH", brokerHeartbeatInterval=200))
 
         def registered():
             info = httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()

@@ -15,8 +15,9 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, Produce
 from rocketmq import Message as ClientMessage
 
 from controlplane.models import ApiToken
+from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import free_port, uvicorn_server
+from tests.procs import uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 MAX_TIMES = 3
@@ -35,14 +36,11 @@ def test_unacked_message_goes_to_the_dlq_after_retry_max_times(tmp_path):
     broker_token = ApiToken.issue("dlq-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('dlq-admin', 'admin')[1]}"}
     with uvicorn_server() as base:
-        grpc_port = free_port()
-        conf = tmp_path / "broker.conf"
-        conf.write_text("\n".join([
-            "brokerClusterName=dlq", "brokerName=broker-a", "brokerId=0", f"listenPort={free_port()}",
-            f"haListenPort={free_port()}", f"grpcServerPort={grpc_port}", f"storePathRootDir={tmp_path / 'store'}",
-            f"controlPlaneUrl={base}", f"controlPlaneToken={broker_token}", "mappedFileSizeCommitLog=1048576",
-            f"retryMaxTimes={MAX_TIMES}",
-        ]))
+        ports = BrokerPorts.reserve()
+        grpc_port = ports.grpc
+        conf = write_broker_conf(tmp_path / "broker.conf", broker_keys(
+            "broker-a", tmp_path / "store", ports, base, cluster="dlq", token=broker_token, brokerId=0,
+            mappedFileSizeCommitLog=1048576, retryMaxTimes=MAX_TIMES))
         proc = start_broker(conf, "dlq")
         try:
             def route(topic: str) -> dict:

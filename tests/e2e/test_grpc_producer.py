@@ -20,8 +20,9 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 from brokers.store.message import Message
 from brokers.store.store import MessageStore, StoreConfig
 from controlplane.models import ApiToken
+from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import free_port, uvicorn_server
+from tests.procs import uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 MESSAGES = 2000
@@ -47,15 +48,12 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
         procs, grpc_ports, roots = [], [], []
         try:
             for name in ("broker-a", "broker-b"):
-                port, grpc_port = free_port(), free_port()
+                ports = BrokerPorts.reserve()
+                grpc_port = ports.grpc
                 root = tmp_path / name
-                conf = tmp_path / f"{name}.conf"
-                conf.write_text("\n".join([
-                    "brokerClusterName=grpc", f"brokerName={name}", "brokerId=0", f"listenPort={port}",
-                    f"haListenPort={free_port()}", f"grpcServerPort={grpc_port}", f"storePathRootDir={root}",
-                    f"controlPlaneUrl={base}", f"controlPlaneToken={broker_token}", "mappedFileSizeCommitLog=1048576",
-                    "flushDiskType=SYNC_FLUSH",
-                ]))
+                conf = write_broker_conf(tmp_path / f"{name}.conf", broker_keys(
+                    name, root, ports, base, cluster="grpc", token=broker_token, brokerId=0,
+                    mappedFileSizeCommitLog=1048576, flushDiskType="SYNC_FLUSH"))
                 procs.append(start_broker(conf, name))
                 grpc_ports.append(grpc_port)
                 roots.append(root)

@@ -1,4 +1,4 @@
-"""Replication between real broker processes over real sockets (issue: RIP-44 link, quorum write):
+"""Replication between real broker processes over real sockets (the RIP-44 link, quorum write):
 three replicas converge byte for byte after 100 MB, a SYNC_MASTER waits for its slave and answers
 SLAVE_PERSISTENCE_TIMEOUT (FLUSH_SLAVE_TIMEOUT) without it, enableAutoInSyncReplicas downgrades and
 upgrades, and a fault-injecting proxy on the HA link (delay, black hole, cuts) leaves no gap and no
@@ -21,9 +21,10 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from brokers.topics import TopicConfig, TopicConfigManager
 from controlplane.models import ApiToken
+from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
+from testkit.faultproxy import FaultProxy
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.faultproxy import FaultProxy
-from tests.procs import free_port, uvicorn_server
+from tests.procs import uvicorn_server
 
 pytestmark = [pytest.mark.e2e]
 SEGMENT = 8 * 1024 * 1024
@@ -33,17 +34,13 @@ BODY = b"r" * 1024
 class Replica:
     def __init__(self, root: Path, name: str, broker_id: int, role: str, control_plane: str, token: str, **extra):
         self.root, self.name = root / name, name
-        self.grpc_port, self.ha_port, self.listen_port = free_port(), free_port(), free_port()
+        ports = BrokerPorts.reserve()
+        self.grpc_port, self.ha_port, self.listen_port = ports.grpc, ports.ha, ports.listen
         TopicConfigManager(self.root / "config" / "topics.json").update(TopicConfig("Replicated", 4, 4, 6))
-        lines = [
-            "brokerClusterName=repl", "brokerName=group-a", f"brokerId={broker_id}", f"brokerRole={role}",
-            f"listenPort={self.listen_port}", f"haListenPort={self.ha_port}", f"grpcServerPort={self.grpc_port}",
-            f"storePathRootDir={self.root}", f"controlPlaneUrl={control_plane}", f"controlPlaneToken={token}",
-            f"mappedFileSizeCommitLog={SEGMENT}", "brokerHeartbeatInterval=300", "haSendHeartbeatInterval=500",
-            "haHousekeepingInterval=3000",
-        ] + [f"{k}={v}" for k, v in extra.items()]
-        self.conf = self.root / "broker.conf"
-        self.conf.write_text("\n".join(lines))
+        keys = broker_keys("group-a", self.root, ports, control_plane, cluster="repl", token=token, brokerId=broker_id,
+                           brokerRole=role, mappedFileSizeCommitLog=SEGMENT, brokerHeartbeatInterval=300,
+                           haSendHeartbeatInterval=500, haHousekeepingInterval=3000)
+        self.conf = write_broker_conf(self.root / "broker.conf", keys | extra)
         self.proc = None
 
     def start(self) -> Replica:

@@ -1,4 +1,4 @@
-"""A fault-injecting TCP proxy for end-to-end tests of plain TCP links (e.g. broker HA replication).
+"""A fault-injecting TCP proxy for plain TCP links (e.g. broker HA replication), used by end-to-end tests and chaos runs.
 
 Usage from a synchronous test::
 
