@@ -1,8 +1,10 @@
-"""Audit runs of consumer-offset rollbacks and their findings (issue #8).
+"""Audit runs of consumer-offset rollbacks and their findings.
 
 The offset events themselves are not rows: they live in the Parquet event store (audits/event_store.py).
 Rows here are written by the Spark job (spark_jobs/pg.py, raw SQL against these tables) and read by
-the pages and the REST API; the constraints keep both sides honest.
+the pages and the REST API; the constraints keep both sides honest. A Finding row is the job's typed
+record (spark_jobs.schema.Finding) plus its run: tests/audits/test_finding_record.py checks that the
+two name the same fields.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from spark_jobs.schema import Cause
+from spark_jobs import schema
+from spark_jobs.schema import FINDING_FIELDS, Cause
 
 
 class RunStatus(models.TextChoices):
@@ -78,9 +81,7 @@ class AuditRun(models.Model):
         return self.status in ACTIVE_STATUSES
 
 
-class FindingKind(models.TextChoices):
-    ROLLBACK = "rollback", "committed offset went back"
-    BEYOND_MAX_OFFSET = "beyond_max_offset", "committed offset beyond the queue's max offset"
+FindingKind = models.TextChoices("FindingKind", [(k.name, (k.value, k.label)) for k in schema.FindingKind])
 
 
 class Finding(models.Model):
@@ -107,7 +108,7 @@ class Finding(models.Model):
     event_count = models.IntegerField(default=1)
     detected_at = models.DateTimeField(db_index=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
-    transition = models.ForeignKey("controlplane.Transition", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    transition = models.ForeignKey("controller.Transition", null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     operator_initiated = models.BooleanField(default=False)  # the election was an operator's switch-over
 
     class Meta:
@@ -124,3 +125,10 @@ class Finding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.consumer_group}/{self.topic}@{self.broker_name}:{self.queue_id}"
+
+    def as_record(self) -> schema.Finding:
+        """The row as the job's record (without its run)."""
+        values = {name: getattr(self, name) for name in FINDING_FIELDS}
+        return schema.Finding(
+            **{**values, "kind": schema.FindingKind(self.kind), "cause": Cause(self.cause) if self.cause else None}
+        )

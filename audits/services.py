@@ -14,12 +14,18 @@ from django.utils import timezone
 from psycopg.conninfo import make_conninfo
 
 from controlplane import audit as operator_audit
+from controlplane.celery import app as celery_app
 
 from . import event_store
 from .events import OffsetEventBatch
 from .models import AuditRun, RunStatus, RunTrigger
 
 OPERATOR_ACTION = "start_offset_audit"
+# Celery task names (celery_tasks/audits.py registers them; tasks are enqueued by name, so this
+# module never imports the task modules that call it).
+FLUSH_TASK = "audits.flush_offset_events"
+SCHEDULED_RUN_TASK = "audits.run_scheduled_audit"
+RUN_TASK = "audits.run_offset_audit"
 
 
 def report_offset_events(batch: OffsetEventBatch) -> int:
@@ -84,9 +90,7 @@ def start_run(trigger: RunTrigger, actor: str) -> tuple[AuditRun, bool]:
                 detail="" if created else f"audit run {run.pk} is {run.status}",
             )
         if created:
-            from celery_tasks.audits import run_offset_audit
-
-            transaction.on_commit(lambda: run_offset_audit.delay(run.pk))
+            transaction.on_commit(lambda: celery_app.send_task(RUN_TASK, args=[run.pk]))
     return run, created
 
 

@@ -1,4 +1,4 @@
-"""Benchmark of the offset-rollback audit (issue #8): Spark over the Parquet event store vs. the same
+"""Benchmark of the offset-rollback audit: Spark over the Parquet event store vs. the same
 rollback detection as one Postgres window query over the same rows.
 
     DATABASE_URL=... .venv/bin/python bench/audit.py [--events 10000000] [--master local[2]]
@@ -28,7 +28,6 @@ import io
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,9 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import ROOT, bench_env, prepare_database  # noqa: E402
+from spark_jobs import pg  # noqa: E402
 from spark_jobs.schema import COLUMNS, arrow_schema, queue_key  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
 
 GROUPS, TOPICS, BROKERS, QUEUES = 50, 10, 4, 16
 KEYS = GROUPS * TOPICS * BROKERS * QUEUES  # 32,000 queues
@@ -144,9 +145,7 @@ def record_elections(db_url: str) -> None:
 def start_server(master: str, work: Path) -> tuple[subprocess.Popen, str, Path, float]:
     """The resident Spark (spark_jobs/server.py) until it is warm: (process, URL, token file, s)."""
     token_file, log_path = work / "audit-spark.token", work / "audit-spark.log"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     cmd = [sys.executable, "-m", "spark_jobs.server", "--master", master, "--port", str(port), "--token-file", str(token_file)]
     started = time.monotonic()
     with open(log_path, "wb") as log:
@@ -178,17 +177,12 @@ def run_spark(db_url: str, folder: Path, master: str, remote: tuple[str, Path] |
     return total, float(m.group(2)), int(m.group(3)), rollbacks
 
 
-# The same detection as the job: the serving stream (no slave syncs), per queue in commit order,
-# a commit lower than the one before it that is not an operator reset. Partitioned by the same
-# 64-bit queue key the job sorts on (schema.queue_key), the fair comparison; by the four names
-# (the rule as the issue states it) Postgres sorts strings and is several times slower: printed too.
-WINDOW_QUERY = """
-SELECT count(*), coalesce(sum(prev_offset - "offset"), 0) FROM (
-  SELECT "offset", source, lag("offset") OVER (PARTITION BY {partition}
-                                               ORDER BY ts_ms, master_epoch, broker_id, "offset") AS prev_offset
-  FROM bench_offset_events WHERE source <> 'slave_sync'
-) steps WHERE "offset" < prev_offset AND source <> 'operator_reset'
-"""
+# The same detection as the job, as SQL (spark_jobs/pg.py, tested against rules.decreases): the
+# serving stream, per queue in commit order, a commit lower than the one before it that is not an
+# operator reset. Partitioned by the same 64-bit queue key the job sorts on (schema.queue_key), the
+# fair comparison; by the four names (the rule as the issue states it) Postgres sorts strings and is
+# several times slower: printed too.
+WINDOW_QUERY = "SELECT count(*), coalesce(sum(prev_offset - \"offset\"), 0) FROM ({steps}) found"
 BY_KEY, BY_NAMES = "queue_key", "consumer_group, topic, broker_name, queue_id"
 
 
@@ -214,7 +208,8 @@ def run_postgres(db_url: str, partition: str) -> tuple[float, int]:
     with psycopg.connect(db_url) as conn:
         conn.execute("SELECT count(*) FROM bench_offset_events").fetchone()  # warm the cache as Spark's page cache is
         started = time.monotonic()
-        count, _ = conn.execute(WINDOW_QUERY.format(partition=partition)).fetchone()
+        query = WINDOW_QUERY.format(steps=pg.rollback_steps_sql("bench_offset_events", partition))
+        count, _ = conn.execute(query).fetchone()
         return time.monotonic() - started, count
 
 

@@ -1,4 +1,4 @@
-"""Batch jobs that run on Spark, outside Django (issue #8): ``python -m spark_jobs.offset_audit``.
+"""Batch jobs that run on Spark, outside Django: ``python -m spark_jobs.offset_audit``.
 
 Nothing here imports Django: the jobs read their input (the Parquet event store, the controller's
 history) and write their results (Postgres) with plain clients, so they run the same under

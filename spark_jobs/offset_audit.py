@@ -1,4 +1,4 @@
-"""The consumer-offset rollback audit (issue #8; seed 000, reference §5.3-§5.4).
+"""The consumer-offset rollback audit (seed 000, reference §5.3-§5.4).
 
     python -m spark_jobs.offset_audit --database-url postgres://... [--events-uri DIR|URI]
         [--master local[*]] [--lookback-days 7] [--run-id N] [--conf key=value ...]
@@ -7,9 +7,10 @@
 Reads the offset event store (Parquet, partitioned by date), and per (consumer group, topic,
 brokerName, queueId) orders the serving stream of the replica group (schema.SERVING_SOURCES) by
 commit time. Every decrease of the committed offset that is not an operator reset (neither reported
-as one, nor logged as one in the operator audit log) is a rollback: joined with the controller's
-elections between the two commits, ``rules.attribute`` names its cause, and previous - new is the
-number of messages consumed again. Commits beyond the queue's max offset are flagged too. Findings
+as one, nor logged as one in the operator audit log) is a rollback: the rule is ``rules.decreases``,
+which the passes below compute for speed (and are tested against); ``rules.judge`` then drops the
+logged resets, finds the controller's election between the two commits, and names the cause;
+previous - new is the number of messages consumed again. Commits beyond the queue's max offset are flagged too. Findings
 and the run's summary go to Postgres (spark_jobs/pg.py).
 
 The events are read once, by Spark tasks running spark_jobs/segments.py in their Python workers
@@ -38,13 +39,12 @@ if __package__ in (None, ""):  # spark-submit spark_jobs/offset_audit.py: make t
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from spark_jobs import pg  # noqa: E402
-from spark_jobs.rules import Attribution, Commit, Election, attribute, messages_consumed_again  # noqa: E402
-from spark_jobs.schema import PARTITION_COLUMN, SERVING_SOURCES, Source  # noqa: E402
+from spark_jobs.rules import COMMIT_ORDER, RESET_SLACK_MS, Commit, Decrease, History, Queue, at, judge  # noqa: E402
+from spark_jobs.schema import PARTITION_COLUMN, SERVING_SOURCES, Finding, FindingKind, Source  # noqa: E402
 
 KEY = ("consumer_group", "topic", "broker_name", "queue_id")
 DEFAULT_MASTER = "local[*]"
 DEFAULT_LOOKBACK_DAYS = 7
-RESET_SLACK_MS = 60_000  # an operator's logged reset may reach the broker's commit up to this much later
 MAX_FINDINGS = 100_000
 BROADCAST_DECREASES = 1_000_000  # up to this many decreases are joined back to their events without a shuffle
 
@@ -236,7 +236,7 @@ class Progress:
 
 @dataclass
 class AuditOutcome:
-    findings: list[dict] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     events_scanned: int = 0
     rollbacks: int = 0
     messages_again: int = 0
@@ -248,75 +248,14 @@ class AuditOutcome:
     job_seconds: float | None = None
 
 
-def _ts(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _local_df(spark, schema, rows: list[tuple]):
-    """A small DataFrame built from literals in the JVM: ``createDataFrame`` on a Python list would
-    start Python workers (seconds on a busy 2-core machine) for a handful of rows."""
-    from pyspark.sql import functions as F
-
-    if not rows:
-        return spark.range(0).select(*[F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
-    structs = [
-        F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(row, schema.fields, strict=True)]) for row in rows
-    ]
-    return spark.range(1).select(F.inline(F.array(*structs)))
-
-
-def _elections_df(spark, history: pg.History):
-    from pyspark.sql import types as T
-
-    schema = T.StructType(
-        [
-            T.StructField("el_broker_name", T.StringType()),
-            T.StructField("el_epoch", T.LongType()),
-            T.StructField("el_new_master", T.LongType()),
-            T.StructField("el_old_sss", T.ArrayType(T.LongType())),
-            T.StructField("el_trigger", T.StringType()),
-            T.StructField("el_id", T.LongType()),
-        ]
-    )
-    rows = [
-        (
-            g.broker_name,
-            g.election.master_epoch,
-            g.election.new_master_broker_id,
-            list(g.election.old_sync_state_set),
-            g.election.trigger,
-            g.election.transition_id,
-        )
-        for g in history.elections
-    ]
-    return _local_df(spark, schema, rows)
-
-
-def _resets_df(spark, history: pg.History):
-    from pyspark.sql import types as T
-
-    schema = T.StructType(
-        [
-            T.StructField("r_broker_name", T.StringType()),
-            T.StructField("r_group", T.StringType()),
-            T.StructField("r_topic", T.StringType()),
-            T.StructField("r_queue", T.IntegerType()),
-            T.StructField("r_at_ms", T.LongType()),
-            T.StructField("r_id", T.LongType()),
-        ]
-    )
-    rows = [(r.broker_name, r.consumer_group, r.topic, r.queue_id, r.at_ms, r.action_id) for r in history.resets]
-    return _local_df(spark, schema, rows)
-
-
 _STEP = ("broker_id", "master_epoch", "ts_ms", "offset")
-_ORDER = ("ts_ms", "master_epoch", "broker_id", "offset")  # a queue's commits in this order
+_ORDER = COMMIT_ORDER  # a queue's commits in this order, then is_reset (rules.commit_order)
 
 
 def decreases_exact(events):
     """Every decrease of a queue's committed offset in its group's serving stream (operator resets
-    reported as such excluded), with the commit before it as ``prev_*``; and how many there are.
-    ``decreases`` uses it for the queues whose segments overlap.
+    reported as such excluded: rules.decreases as Spark expressions), with the commit before it as
+    ``prev_*``; and how many there are. ``decreases`` uses it for the queues whose segments overlap.
 
     Ordering each queue's commits is this path's cost. It runs on narrow values: the queue's 64-bit key
     (schema.queue_key) and per commit (time, epoch, broker, offset, is reset). Each queue's commits
@@ -506,7 +445,7 @@ def beyond_max(scanned):
 def audit(
     spark,
     store: EventFiles,
-    history: pg.History,
+    history: History,
     *,
     progress: Progress | None = None,
     reset_slack_ms: int = RESET_SLACK_MS,
@@ -525,123 +464,67 @@ def audit(
     progress.stage("detecting rollbacks", 0.65, 0.75)
     dec, found, out.queues_ordered_exactly = decreases(spark, store, scanned)
 
-    # One pass over the (few) decreases: the operator's logged resets and the group's elections.
-    progress.stage("joining elections and operator resets", 0.75, 0.85)
-    logged_reset = (
-        ((F.col("r_broker_name") == "") | (F.col("r_broker_name") == F.col("broker_name")))
-        & (F.col("r_group") == F.col("consumer_group"))
-        & (F.col("r_topic").isNull() | (F.col("r_topic") == F.col("topic")))
-        & (F.col("r_queue").isNull() | (F.col("r_queue") == F.col("queue_id")))
-        & (F.col("r_at_ms") >= F.col("prev_ts_ms"))
-        & (F.col("r_at_ms") <= F.col("ts_ms") + reset_slack_ms)
-    )
-    between = (
-        (F.col("el_broker_name") == F.col("broker_name"))
-        & (F.col("el_epoch") > F.col("prev_master_epoch"))
-        & (F.col("el_epoch") <= F.col("master_epoch"))
-    )
+    # The (few) decreases, judged in the driver by the rules themselves (rules.judge): logged resets,
+    # elections, causes.
+    progress.stage("judging decreases: operator resets, elections, causes", 0.75, 0.85)
     if found > max_findings:  # keep the largest; the counts below then cover those only
         dec = dec.orderBy((F.col("prev_offset") - F.col("offset")).desc()).limit(max_findings)
-    matched = (
-        dec.join(F.broadcast(_resets_df(spark, history)), logged_reset, "left")
-        .join(F.broadcast(_elections_df(spark, history)), between, "left")
-        .collect()
-    )
-    # Per decrease: explained by any logged reset; the latest election in its epoch range.
-    per_decrease: dict[tuple, tuple] = {}
-    for r in matched:
-        key = (r.k, *(r[c] for c in _STEP))
-        first, explained, election = per_decrease.get(key, (r, False, None))
-        if r.el_id is not None and (election is None or r.el_epoch > election.el_epoch):
-            election = r
-        per_decrease[key] = (first, explained or r.r_id is not None, election)
-    rows = [(first, election) for first, explained, election in per_decrease.values() if not explained]
-    out.explained_by_reset = len(per_decrease) - len(rows)
-    total_rollbacks = found - out.explained_by_reset if found > max_findings else len(rows)
+    judged = judge([_decrease(r) for r in dec.collect()], history, reset_slack_ms)
+    out.explained_by_reset = judged.explained_by_reset
+    total_rollbacks = found - out.explained_by_reset if found > max_findings else len(judged.findings)
 
-    progress.stage("checking max offsets", 0.85, 0.92)
+    progress.stage("checking max offsets", 0.85, 0.95)
     over = beyond_max(scanned).orderBy(F.col("excess").desc()).limit(max_findings).collect()
     out.events_scanned = scanned.where(F.col("kind") == segments.COUNT).agg(F.sum("events")).first()[0] or 0
 
-    progress.stage("attributing causes", 0.92, 0.95)
     by_cause: Counter[str] = Counter()
     again_by_cause: Counter[str] = Counter()
-    for r, e in rows:
-        previous = Commit(r.prev_broker_id, r.prev_role, r.prev_master_epoch, r.prev_ts_ms, r.prev_offset, r.prev_source)
-        current = Commit(r.broker_id, r.role, r.master_epoch, r.ts_ms, r.offset, r.source)
-        election = Election(e.el_id, e.el_epoch, e.el_new_master, tuple(e.el_old_sss or ()), e.el_trigger) if e else None
-        why: Attribution = attribute(previous, current, election)
-        again = messages_consumed_again(previous, current)
-        by_cause[why.cause.value] += 1
-        again_by_cause[why.cause.value] += again
-        out.findings.append(
-            {
-                "kind": "rollback",
-                "cause": why.cause.value,
-                "cluster_name": r.cluster_name or "",
-                "consumer_group": r.consumer_group,
-                "topic": r.topic,
-                "broker_name": r.broker_name,
-                "queue_id": r.queue_id,
-                "master_epoch": why.master_epoch,
-                "broker_id": r.broker_id,
-                "role": r.role or "",
-                "source": r.source,
-                "previous_broker_id": r.prev_broker_id,
-                "previous_master_epoch": r.prev_master_epoch,
-                "previous_offset": r.prev_offset,
-                "previous_at": _ts(r.prev_ts_ms),
-                "offset": r.offset,
-                "messages_again": again,
-                "queue_max_offset": r.queue_max_offset,
-                "excess": None,
-                "event_count": 1,
-                "detected_at": _ts(r.ts_ms),
-                "last_seen_at": None,
-                "transition_id": why.transition_id,
-                "operator_initiated": election is not None and election.trigger == "operator",
-            }
-        )
-    for r in over:
-        out.findings.append(
-            {
-                "kind": "beyond_max_offset",
-                "cause": None,
-                "cluster_name": r.cluster_name or "",
-                "consumer_group": r.consumer_group,
-                "topic": r.topic,
-                "broker_name": r.broker_name,
-                "queue_id": r.queue_id,
-                "master_epoch": r.master_epoch,
-                "broker_id": r.broker_id,
-                "role": r.role or "",
-                "source": r.source,
-                "previous_broker_id": None,
-                "previous_master_epoch": None,
-                "previous_offset": None,
-                "previous_at": None,
-                "offset": r.offset,
-                "messages_again": 0,
-                "queue_max_offset": r.queue_max_offset,
-                "excess": r.excess,
-                "event_count": r.events,
-                "detected_at": _ts(r.first_ms),
-                "last_seen_at": _ts(r.last_ms),
-                "transition_id": None,
-                "operator_initiated": False,
-            }
-        )
+    for f in judged.findings:
+        by_cause[f.cause] += 1
+        again_by_cause[f.cause] += f.messages_again
+    out.findings = [*judged.findings, *(_beyond_max_finding(r) for r in over)]
     out.rollbacks = total_rollbacks
     out.messages_again = sum(again_by_cause.values())
     out.beyond_max_offset = len(over)
     out.summary = {
         "rollbacksByCause": dict(by_cause),
         "messagesAgainByCause": dict(again_by_cause),
-        "truncated": len(rows) < total_rollbacks,
+        "truncated": len(judged.findings) < total_rollbacks,
         "queuesOrderedExactly": out.queues_ordered_exactly,
         "residentSpark": is_remote(spark),
     }
     return out
+
+
+def _decrease(r) -> Decrease:
+    """A row of ``decreases`` as the rules' values."""
+    previous = Commit(r.prev_broker_id, r.prev_role or "", r.prev_master_epoch, r.prev_ts_ms, r.prev_offset, r.prev_source)
+    current = Commit(
+        r.broker_id, r.role or "", r.master_epoch, r.ts_ms, r.offset, r.source, r.cluster_name or "", r.queue_max_offset
+    )
+    return Decrease(Queue(r.consumer_group, r.topic, r.broker_name, r.queue_id), previous, current)
+
+
+def _beyond_max_finding(r) -> Finding:
+    """A row of ``beyond_max`` as a finding."""
+    return Finding(
+        kind=FindingKind.BEYOND_MAX_OFFSET,
+        cluster_name=r.cluster_name or "",
+        consumer_group=r.consumer_group,
+        topic=r.topic,
+        broker_name=r.broker_name,
+        queue_id=r.queue_id,
+        master_epoch=r.master_epoch,
+        broker_id=r.broker_id,
+        role=r.role or "",
+        source=r.source,
+        offset=r.offset,
+        queue_max_offset=r.queue_max_offset,
+        excess=r.excess,
+        event_count=r.events,
+        detected_at=at(r.first_ms),
+        last_seen_at=at(r.last_ms),
+    )
 
 
 # --- command line -------------------------------------------------------------------------------

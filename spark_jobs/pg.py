@@ -7,6 +7,7 @@ thousand findings out), so the driver reads and writes it directly and the job r
 
 Tables are the Django app ``audits``'s (``audits_auditrun``, ``audits_finding``) and the control
 plane's (``controlplane_transition``, ``controlplane_operatoraction``); migrations own their shape.
+``rollback_steps_sql`` is the rollback rule as a Postgres query (bench/audit.py's baseline).
 """
 
 from __future__ import annotations
@@ -15,35 +16,13 @@ import getpass
 import json
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import psycopg
 
-from .rules import Election, reset_scope
+from .rules import COMMIT_ORDER, Election, GroupElection, History, LoggedReset, reset_scope
+from .schema import FINDING_FIELDS, SERVING_SOURCES, Finding, Source
 
 RESET_ACTIONS = ("reset_offset", "reset_consumer_offset")
-
-
-@dataclass(frozen=True)
-class GroupElection:
-    broker_name: str
-    election: Election
-
-
-@dataclass(frozen=True)
-class LoggedReset:
-    action_id: int
-    broker_name: str  # "" = every broker set
-    consumer_group: str
-    topic: str | None
-    queue_id: int | None
-    at_ms: int
-
-
-@dataclass(frozen=True)
-class History:
-    elections: tuple[GroupElection, ...] = ()
-    resets: tuple[LoggedReset, ...] = ()
 
 
 def connect(database_url: str) -> psycopg.Connection:
@@ -112,36 +91,10 @@ def mark_failed(conn: psycopg.Connection, run_id: int, error: str) -> None:
     )
 
 
-FINDING_COLUMNS = (
-    "run_id",
-    "kind",
-    "cause",
-    "cluster_name",
-    "consumer_group",
-    "topic",
-    "broker_name",
-    "queue_id",
-    "master_epoch",
-    "broker_id",
-    "role",
-    "source",
-    "previous_broker_id",
-    "previous_master_epoch",
-    "previous_offset",
-    "previous_at",
-    "offset",
-    "messages_again",
-    "queue_max_offset",
-    "excess",
-    "event_count",
-    "detected_at",
-    "last_seen_at",
-    "transition_id",
-    "operator_initiated",
-)
+FINDING_COLUMNS = ("run_id", *FINDING_FIELDS)
 
 
-def write_results(conn: psycopg.Connection, run_id: int, findings: Sequence[dict], totals: dict) -> None:
+def write_results(conn: psycopg.Connection, run_id: int, findings: Sequence[Finding], totals: dict) -> None:
     """Findings and the run's summary in one transaction: a run is either complete or failed."""
     with conn.transaction():
         with conn.cursor() as cur:
@@ -149,7 +102,7 @@ def write_results(conn: psycopg.Connection, run_id: int, findings: Sequence[dict
             quoted = ", ".join(f'"{c}"' for c in FINDING_COLUMNS)
             with cur.copy(f"COPY audits_finding ({quoted}) FROM STDIN") as copy:
                 for f in findings:
-                    copy.write_row([run_id, *(f.get(c) for c in FINDING_COLUMNS[1:])])
+                    copy.write_row((run_id, *f.values()))
             cur.execute(
                 "UPDATE audits_auditrun SET status = 'succeeded', active = NULL, finished_at = now(), heartbeat_at = now(), "
                 "stage = 'done', progress = 1, events_scanned = %s, rollbacks = %s, messages_again = %s, "
@@ -167,3 +120,21 @@ def write_results(conn: psycopg.Connection, run_id: int, findings: Sequence[dict
                     run_id,
                 ],
             )
+
+
+def rollback_steps_sql(table: str, partition: str, columns: Sequence[str] = ("offset",)) -> str:
+    """The rollback rule (rules.decreases) as one Postgres window query over a table of offset events
+    (schema.COLUMNS), partitioned by ``partition`` (the queue_key column, or the four names): per
+    queue its served commits in commit order, each one below the one before it that is not a reset.
+    Rows: ``columns`` of that commit and ``prev_<column>`` of the one before it (``offset`` is one)."""
+    served = ", ".join(f"'{s.value}'" for s in SERVING_SOURCES)
+    reset = f"'{Source.OPERATOR_RESET.value}'"
+    order = ", ".join(f'"{c}"' for c in COMMIT_ORDER) + f", source = {reset}"
+    cols = ", ".join(f'"{c}"' for c in columns)
+    lags = ", ".join(f'lag("{c}") OVER w AS "prev_{c}"' for c in columns)
+    prevs = ", ".join(f'"prev_{c}"' for c in columns)
+    return (
+        f"SELECT {cols}, {prevs} FROM (SELECT {cols}, source, {lags} FROM {table} WHERE source IN ({served}) "
+        f"WINDOW w AS (PARTITION BY {partition} ORDER BY {order})) steps "
+        f'WHERE "offset" < "prev_offset" AND source <> {reset}'
+    )

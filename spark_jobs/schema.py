@@ -1,12 +1,19 @@
-"""The offset event store's format (docs/audits.md): the contract between the control plane, which
-appends events, and the audit job, which reads them. One row per reported consumer-offset commit,
-Parquet files partitioned by ``event_date`` (UTC date of ``ts_ms``) under the store's URI:
-``<uri>/event_date=2025-01-31/part-<batch id>.parquet``.
+"""The audit's formats (docs/audits.md): the contracts between the control plane and the audit job.
+
+* The offset event store, which the control plane appends to and the job reads: one row per
+  reported consumer-offset commit, Parquet files partitioned by ``event_date`` (UTC date of
+  ``ts_ms``) under the store's URI: ``<uri>/event_date=2025-01-31/part-<batch id>.parquet``.
+* ``Finding``, what the job writes (table ``audits_finding``) and the control plane serves: its
+  fields are named here once; the Django model and the REST shape are checked against them
+  (tests/audits/test_finding_record.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -34,6 +41,66 @@ class Cause(StrEnum):
     FORMER_MASTER_WITHOUT_PRE_ONLINE = "former_master_without_pre_online_sync"  # seed 000 §"reverse synchronization"
     UNCLEAN_ELECTION = "unclean_election"  # a replica outside the SyncStateSet was elected
     UNKNOWN = "unknown"
+
+
+class FindingKind(StrEnum):
+    ROLLBACK = "rollback"
+    BEYOND_MAX_OFFSET = "beyond_max_offset"
+
+    @property
+    def label(self) -> str:
+        return _FINDING_KIND_LABELS[self]
+
+
+_FINDING_KIND_LABELS = {
+    FindingKind.ROLLBACK: "committed offset went back",
+    FindingKind.BEYOND_MAX_OFFSET: "committed offset beyond the queue's max offset",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One finding of an audit run: a rollback (spark_jobs/rules.py ``rollback_finding``) or commits
+    beyond a queue's max offset (one per queue, broker and epoch)."""
+
+    kind: FindingKind
+    cause: Cause | None = None  # rollbacks only
+    cluster_name: str
+    consumer_group: str
+    topic: str
+    broker_name: str
+    queue_id: int
+    master_epoch: int  # the epoch the rollback belongs to (an election's, else the commit's)
+    broker_id: int  # the broker that reported the rolled-back (or beyond-max) offset
+    role: str
+    source: str
+    previous_broker_id: int | None = None
+    previous_master_epoch: int | None = None
+    previous_offset: int | None = None
+    previous_at: datetime | None = None
+    offset: int
+    messages_again: int = 0
+    queue_max_offset: int | None = None
+    excess: int | None = None  # offset - queue max offset (beyond-max findings)
+    event_count: int = 1
+    detected_at: datetime
+    last_seen_at: datetime | None = None
+    transition_id: int | None = None  # the election (controlplane_transition) a rollback is attributed to
+    operator_initiated: bool = False  # that election was an operator's switch-over
+
+    def values(self) -> tuple:
+        """The values in FINDING_FIELDS order: a row of ``audits_finding`` without its run."""
+        return tuple(getattr(self, name) for name in FINDING_FIELDS)
+
+    def identity(self) -> tuple:
+        """What tells two findings of one run apart (and orders them): the queue, the kind, the commit
+        and the one before it."""
+        previous = -1 if self.previous_offset is None else self.previous_offset
+        q = (self.consumer_group, self.topic, self.broker_name, self.queue_id)
+        return (*q, self.kind, self.detected_at, self.master_epoch, self.broker_id, self.offset, previous)
+
+
+FINDING_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Finding))
 
 
 def queue_key(consumer_group: str, topic: str, broker_name: str, queue_id: int) -> int:

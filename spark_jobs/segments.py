@@ -7,7 +7,7 @@ segment, over the serving stream (schema.SERVING_SOURCES) ordered per queue by
 (commit time, master epoch, broker id, offset, is reset):
 
 * ``DEC`` rows: each decrease of a queue's committed offset inside the segment that is not an
-  operator reset, with the commit before it (``prev_*``);
+  operator reset (rules.decreases, here vectorised), with the commit before it (``prev_*``);
 * ``END`` rows: per queue, its first and its last commit in the segment, for the combine. They are
   as many as the queues times the segments, so they travel as Arrow IPC blobs, one per key bucket
   (Spark would otherwise convert every value into and out of its rows);
@@ -33,12 +33,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_jobs.rules import COMMIT_ORDER
 from spark_jobs.schema import COLUMNS, SERVING_SOURCES, Source, filesystem
 
 DEC, END, MAX, COUNT, OVERLAP = 0, 1, 2, 3, 4
 SEGMENT_ROWS = 1_000_000  # events per segment: bounds a worker's memory; END rows scale with segments
 NAMES = ("cluster_name", "consumer_group", "topic", "broker_name", "queue_id", "role", "source")
-ORDER = ("ts_ms", "master_epoch", "broker_id", "offset")  # then is_reset
+ORDER = COMMIT_ORDER  # then is_reset (rules.commit_order)
 INPUT = ("queue_key", *ORDER, "queue_max_offset", *NAMES)  # the columns the passes read
 
 _TYPES = dict(COLUMNS)

@@ -11,13 +11,13 @@ import pytest
 from audits.models import AuditRun, Finding, RunStatus
 from audits.services import job_environment
 from controlplane.audit import record
-from controlplane.models import Transition
+from controlplane.controller.models import Transition
 from spark_jobs import pg
 from spark_jobs.offset_audit import execute
 
 from .helpers import batch, now_ms, store
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 CC, SYNC, PRE, RESET, TAKEOVER = "client_commit", "slave_sync", "pre_online_sync", "operator_reset", "master_takeover"
 

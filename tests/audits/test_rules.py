@@ -7,6 +7,8 @@ import pytest
 from spark_jobs.rules import Commit, Election, attribute, is_rollback, messages_consumed_again, reset_scope
 from spark_jobs.schema import Cause
 
+pytestmark = pytest.mark.unit
+
 
 def c(broker_id: int, epoch: int, offset: int, role: str = "SYNC_MASTER", source: str = "client_commit") -> Commit:
     return Commit(broker_id, role, epoch, 0, offset, source)

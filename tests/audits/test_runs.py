@@ -4,16 +4,21 @@ log), and plotly.js served from our static files."""
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import UTC, datetime
 
 import pytest
+import redis
+from django.conf import settings
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from audits import services
 from audits.models import AuditRun, Finding, RunStatus
 from controlplane.models import OperatorAction
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 RUNS = "/api/v1/audits/runs"
 
@@ -101,6 +106,20 @@ def test_admins_start_a_run_once_at_a_time_and_the_operator_log_says_so(api, rea
     assert anon.get(f"{RUNS}/999999").status_code == 404
     anon.credentials()
     assert anon.get(RUNS).status_code == 401
+
+
+def test_a_started_run_is_enqueued_by_task_name_once_committed(api, django_capture_on_commit_callbacks):
+    """What a worker would pick up: the run task, by its name, with the run's id (a real Redis queue)."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    queue = settings.CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] + "celery"
+    client.delete(queue)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_id = api.post(RUNS).json()["id"]
+        assert client.llen(queue) == 0  # not before the run's row is committed
+    (message,) = [json.loads(m) for m in client.lrange(queue, 0, -1)]
+    args, kwargs, _ = json.loads(base64.b64decode(message["body"]))
+    assert (message["headers"]["task"], args, kwargs) == (services.RUN_TASK, [run_id], {})
+    client.delete(queue)
 
 
 def test_findings_are_read_with_a_read_token_and_bad_queries_get_field_errors(anon, read_token):

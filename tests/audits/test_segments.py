@@ -20,6 +20,8 @@ from spark_jobs.schema import COLUMNS, PARTITION_COLUMN, filesystem
 
 from .helpers import batch
 
+pytestmark = pytest.mark.integration
+
 CC, SYNC, RESET, TAKEOVER = "client_commit", "slave_sync", "operator_reset", "master_takeover"
 T0 = 1_700_000_000_000
 
