@@ -4,7 +4,10 @@ A database and Redis key prefix of its own (``bench_env("elections")``), real Po
 Redis. The callers are separate OS processes (no GIL between them) that call the controller services
 directly (``services.elect_master`` / ``alter_sync_state_set``), not over HTTP: this measures the
 transition path (row lock, liveness read in Redis, rule, state and history writes, commit, post-commit
-role-change push), not the web stack.
+role-change push), not the web stack. As in a web process, the dashboard listens to the controller's
+``replica_group_changed`` in every caller: it notes the group and hands the names to Redis from a thread
+of its own (batched; the pages' process publishes the states); the names handed over are counted
+(``--without-dashboard`` disconnects it, to see its cost).
 
 Setup: ``--groups`` broker sets plus one hot set, ``--replicas`` replicas each, every replica heartbeating
 with a long timeout, replica 1 elected first. Then:
@@ -92,6 +95,9 @@ def elect_loop(names: list[str], mode: str, seed: int, start: float, measure_fro
     """Elections until ``stop`` (wall clock); latencies of the calls that started and ended in the window."""
     from controlplane.controller import selectors, services
     from controlplane.controller.core.state import Trigger
+    from dashboards.live import change_notes
+
+    handed_before = change_notes.handed
 
     rng = random.Random(seed)
     seen = {}
@@ -139,8 +145,9 @@ def elect_loop(names: list[str], mode: str, seed: int, start: float, measure_fro
                 ok_ms.append(ms)
             else:
                 refused_ms.append(ms)
+    time.sleep(2 * 0.25)  # the dashboard's last batch (STATE_INTERVAL_S) is handed over before we count
     return {"ok_ms": ok_ms, "refused_ms": refused_ms, "alter_ms": alter_ms, "counts": dict(counts),
-            "total_elect_ok": total_elect_ok}
+            "total_elect_ok": total_elect_ok, "dashboard_notes": change_notes.handed - handed_before}
 
 
 def caller(conn) -> None:
@@ -155,6 +162,10 @@ def caller(conn) -> None:
 
     current_config()
     sync_client().ping()
+    if os.environ.get("BENCH_WITHOUT_DASHBOARD"):  # --without-dashboard: nobody hears the elections
+        from controlplane.controller.signals import replica_group_changed
+
+        replica_group_changed.disconnect(dispatch_uid="dashboards.live.state")
     conn.send("ready")
     while True:
         cmd = conn.recv()
@@ -247,6 +258,7 @@ def phase(callers: Callers, per_caller: list[list[str]], mode: str, seconds: flo
         "alter_p99_ms": percentile(alters, 99),
         "counts": dict(sorted(counts.items())),
         "total_elect_ok": sum(r["total_elect_ok"] for r in results),
+        "dashboard_notes": sum(r["dashboard_notes"] for r in results),
     }
     if probe is not None:
         out["heartbeat_ms"] = parent_end.recv()
@@ -263,10 +275,14 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--heartbeat-rate", type=float, default=200.0, help="controller heartbeats per second during (a)")
     p.add_argument("--mode", choices=["unclean", "clean"], default="unclean")
+    p.add_argument("--without-dashboard", action="store_true",
+                   help="callers do not subscribe the dashboard to the elections (to measure what its live updates cost)")
     args = p.parse_args()
 
     env = bench_env("elections")
     env.setdefault("LOG_LEVEL", "WARNING")  # the services log every election at INFO
+    if args.without_dashboard:
+        os.environ["BENCH_WITHOUT_DASHBOARD"] = "1"  # the spawned callers inherit it
     log(f"preparing database {env['DATABASE_URL'].rsplit('/', 1)[1]} and Redis prefix {env['REDIS_KEY_PREFIX']}")
     prepare_database(env)
     clear_redis_prefix(env)
@@ -296,11 +312,13 @@ def main() -> None:
                        prober=(ctx, names, args.replicas, args.heartbeat_rate))
         hb = spread.pop("heartbeat_ms")
         log(f"(a) spread: {spread['elections_per_s']:.0f} elections/s, p50 {spread['p50_ms']:.1f} ms, "
-            f"p99 {spread['p99_ms']:.1f} ms; {spread['counts']}")
+            f"p99 {spread['p99_ms']:.1f} ms; {spread['counts']}; "
+            f"{spread['dashboard_notes']} group changes handed to the dashboard")
         log(f"(c) heartbeats during (a): {len(hb)}, p50 {percentile(hb, 50):.2f} ms, p99 {percentile(hb, 99):.2f} ms")
         hot = phase(callers, [[HOT]] * args.callers, args.mode, args.seconds, args.warmup)
         log(f"(b) hot: {hot['elections_per_s']:.0f} elections/s, p50 {hot['p50_ms']:.1f} ms, p99 {hot['p99_ms']:.1f} ms,"
-            f" refused {hot['refused']} (p99 {hot['refused_p99_ms']:.1f} ms); {hot['counts']}")
+            f" refused {hot['refused']} (p99 {hot['refused_p99_ms']:.1f} ms); {hot['counts']}; "
+            f"{hot['dashboard_notes']} group changes handed to the dashboard")
     finally:
         callers.close()
 
@@ -332,6 +350,9 @@ def main() -> None:
         "heartbeat_p50_ms_during_elections": round(percentile(hb, 50), 2),
         "heartbeats_during_elections": len(hb),
         "elections_match_epochs": elections == epochs - base_epochs,
+        "dashboard": not args.without_dashboard,
+        "spread_dashboard_notes": spread["dashboard_notes"],
+        "hot_dashboard_notes": hot["dashboard_notes"],
     }
     print(json.dumps(result))
 

@@ -44,15 +44,6 @@ class ApiToken(models.Model):
         return token, raw
 
 
-# The controller's models live beside its code; importing them here registers them with the app.
-from controlplane.controller.models import (  # noqa: E402,F401
-    ControllerConfigEntry,
-    Replica,
-    ReplicaGroup,
-    Transition,
-)
-
-
 class OperatorAction(models.Model):
     """The operator audit log: every action taken from the dashboard or with an admin token (who,
     what, on which broker, the state before and after, the result). Append-only."""

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "controlplane",
+    "controlplane.controller",
     "nameserver",
     "dashboards",
 ]

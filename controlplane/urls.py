@@ -25,7 +25,8 @@ urlpatterns = [
     *([path("api/v1/nameserver/", include("nameserver.urls"))] if "nameserver" in settings.CONTROLPLANE_ROLES else []),
     *([path("api/v1/controller/", include("controlplane.controller.urls"))]
       if "controller" in settings.CONTROLPLANE_ROLES else []),
-    # audits (issue #8): offset-rollback audits, REST and the results page
+    path("api/v1/operations/", include("controlplane.operations.urls")),
+    # offset-rollback audits: REST and the results page
     path("api/v1/audits/", include((audits_urls.api_urlpatterns, "audits-api"))),
     path("audits/", include((audits_urls.page_urlpatterns, "audits"))),
     path("", include("dashboards.urls")),

@@ -4,19 +4,16 @@ audit log with the state before and after."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from controlplane import audit
 from controlplane.codes import ResponseCode
 from controlplane.controller import selectors as ctl
 from controlplane.controller import services
-from controlplane.controller.config_store import current_config as controller_config
-from controlplane.controller.core import rules
+from controlplane.controller.core.preview import ElectionPreview
 from controlplane.controller.core.state import Trigger
-from controlplane.isolation import set_isolated
+from controlplane.operations import isolation
 from nameserver import services as ns_services
 
-from . import live, selectors
+from . import selectors
 
 
 class ActionError(ValueError):
@@ -25,42 +22,12 @@ class ActionError(ValueError):
         self.detail, self.fields, self.status = detail, fields or {}, status
 
 
-@dataclass(frozen=True)
-class Preview:
-    winner: int | None
-    data_at_risk_bytes: int
-    unclean: bool
-    detail: str
-
-    def as_dict(self) -> dict:
-        return {"winner": self.winner, "dataAtRiskBytes": self.data_at_risk_bytes, "unclean": self.unclean,
-                "detail": self.detail}
-
-
-def _state(broker_name: str):
-    state = ctl.replica_info(broker_name)
-    if state is None:
+def preview_elect(broker_name: str, broker_id: int | None) -> ElectionPreview:
+    """What an election would do now (the controller's preview: winner, data at risk, unclean)."""
+    preview = ctl.election_preview(broker_name, broker_id)
+    if preview is None:
         raise ActionError(f"{broker_name} is not managed by the controller", status=404)
-    return state
-
-
-def preview_elect(broker_name: str, broker_id: int | None) -> Preview:
-    """What an election would do now, decided by the same pure rule without committing: the winner,
-    the bytes the current master has that the winner lacks, and whether it is unclean."""
-    state = _state(broker_name)
-    live_infos = services._live(state)
-    request = rules.ElectRequest(broker_name, broker_id, broker_id is not None, Trigger.OPERATOR)
-    decision = rules.elect_master(state, live_infos, request, enable_unclean=controller_config().enable_elect_unclean_master)
-    winner = decision.new_state.master_broker_id if decision.new_state is not None else None
-    if winner is None and broker_id is not None and decision.code != ResponseCode.SUCCESS:
-        winner_detail = decision.detail or ResponseCode(decision.code).name
-        return Preview(None, 0, broker_id not in state.sync_state_set, winner_detail)
-    best = max((i.max_offset for i in live_infos.values() if i.max_offset is not None), default=0)
-    candidate = live_infos.get(winner) if winner is not None else None
-    at_risk = max(0, best - candidate.max_offset) if candidate is not None and candidate.max_offset >= 0 else 0
-    unclean = winner is not None and winner not in state.sync_state_set
-    ok = decision.code == ResponseCode.SUCCESS
-    return Preview(winner, at_risk, unclean, decision.detail or ("" if ok else ResponseCode(decision.code).name))
+    return preview
 
 
 def elect(actor: str, broker_name: str, broker_id: int | None) -> dict:
@@ -78,26 +45,21 @@ def elect(actor: str, broker_name: str, broker_id: int | None) -> dict:
     return {"ok": ok, "result": result, "detail": outcome.detail or "", "before": before, "after": after}
 
 
-def _member(broker_name: str, broker_id: int) -> dict:
-    group = selectors.group_detail(broker_name)
-    if group is None:
-        raise ActionError(f"unknown replica group {broker_name}", status=404)
-    member = next((m for m in group["members"] if m["brokerId"] == broker_id), None)
-    if member is None:
-        raise ActionError("no such broker in this group", {"brokerId": [f"not a member of {broker_name}"]})
-    return {**member, "clusterName": group["clusterName"]}
-
-
 def isolate(actor: str, broker_name: str, broker_id: int, isolated: bool) -> dict:
-    member = _member(broker_name, broker_id)
-    before = {"isolated": member["isolated"]}
-    changed = set_isolated(member["clusterName"], broker_name, member["address"], isolated, by=actor)
-    after = {"isolated": isolated}
-    audit.record(actor, "isolate" if isolated else "unisolate", cluster_name=member["clusterName"],
-                 broker_name=broker_name, broker_id=broker_id, params={"address": member["address"]}, before=before,
-                 after=after, result="ok" if changed else "unchanged")
-    live.publish_state(broker_name)
-    return {"ok": True, "result": "ok" if changed else "unchanged", "before": before, "after": after}
+    """The operation of controlplane/operations/isolation.py (as the REST endpoint), audited here with
+    the state before and after; open pages hear of it through the controller's announcement."""
+    try:
+        outcome = isolation.isolate(broker_name, broker_id, isolated, by=actor)
+    except isolation.UnknownGroup as exc:
+        raise ActionError(f"unknown replica group {broker_name}", status=404) from exc
+    except isolation.UnknownMember as exc:
+        raise ActionError("no such broker in this group", {"brokerId": [f"not a member of {broker_name}"]}) from exc
+    before, after = {"isolated": outcome.was_isolated}, {"isolated": outcome.isolated}
+    result = "ok" if outcome.changed else "unchanged"
+    audit.record(actor, "isolate" if isolated else "unisolate", cluster_name=outcome.target.cluster_name,
+                 broker_name=broker_name, broker_id=broker_id, params={"address": outcome.target.broker_addr},
+                 before=before, after=after, result=result)
+    return {"ok": True, "result": result, "before": before, "after": after}
 
 
 def set_write_perm(actor: str, broker_name: str, writable: bool) -> dict:

@@ -1,10 +1,16 @@
 """Live updates for open dashboard pages, over Channels.
 
-Publishers (the broker websocket on water levels, the controller after a committed transition, the
-dashboard's actions) hand updates to ``publish``; each server process sends at most one update per
-second per replica group and kind (the latest wins; a pending one goes out when its second is up),
-to the channel-layer groups ``dash.all`` and ``dash.g.<brokerName>``. Pages hold a websocket to
-``/ws/dashboard/`` (``DashboardConsumer``) and subscribe to a group or to everything. No polling.
+Publishers hand updates to ``publish_async`` (the broker websocket, on water levels: each server
+process sends at most one update per second per replica group and kind, the latest wins; a pending one
+goes out when its second is up) or ``publish``, to the channel-layer groups ``dash.all`` and
+``dash.g.<brokerName>``. Pages hold a websocket to ``/ws/dashboard/`` (``DashboardConsumer``) and
+subscribe to a group or to everything.
+
+The controller does not call this module: it announces ``replica_group_changed`` after a committed
+transition. ``on_replica_group_changed`` (connected in ``DashboardsConfig.ready``) only notes the
+group's name; a thread of the electing process hands the noted names to a Redis set, batched, and a
+process that serves pages takes them from there and publishes those groups' states, batched and
+throttled (``STATE_INTERVAL_S``). When no page is open, no state is read or sent at all.
 """
 
 from __future__ import annotations
@@ -13,16 +19,25 @@ import asyncio
 import hashlib
 import json
 import logging
+import threading
 import time
 import weakref
 
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
+
+from controlplane.redis import async_client, key, sync_client
+
+from .selectors import group_state, group_states
 
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 1.0
+STATE_INTERVAL_S = 0.25  # state batches: a group's changes within this window go out as one update
+STATE_BATCH_MAX = 1000  # groups per batch (a bigger backlog takes several)
+CHANGED_TTL_S = 60
 ALL = "dash.all"
 
 
@@ -108,11 +123,121 @@ def publish(kind: str, broker_name: str, data: dict) -> None:
 
 
 def publish_state(broker_name: str) -> None:
-    from .selectors import group_state
-
+    """The group's state, now, from the caller's thread (the state publisher does it in batches)."""
     state = group_state(broker_name)
     if state is not None:
         publish("state", broker_name, state)
+
+
+def _state_message(broker_name: str, state: dict) -> dict:
+    return {"type": "update", "kind": "state", "brokerName": broker_name, "data": state, "sentAtMs": int(time.time() * 1000)}
+
+
+def _changed_key() -> str:
+    return key("dash", "changed")
+
+
+class ChangeNotes:
+    """The electing side: names of replica groups whose state changed, handed to Redis (one set, shared
+    by every process) from a daemon thread of this process, at most once per ``STATE_INTERVAL_S``.
+    ``note`` is a set insert under a lock, cheap enough for the thread that has just committed an
+    election; no selector and no channel-layer send runs in this process for it."""
+
+    def __init__(self, interval_s: float = STATE_INTERVAL_S) -> None:
+        self.interval_s = interval_s
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.handed = 0  # names handed to Redis by this process (the election benchmark reports it)
+
+    def note(self, broker_name: str) -> None:
+        with self._lock:
+            self._pending.add(broker_name)
+            if self._thread is None or not self._thread.is_alive():  # also after a fork (Celery's prefork)
+                self._thread = threading.Thread(target=self._run, name="dashboard-change-notes", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _take(self) -> list[str]:
+        with self._lock:
+            names, self._pending = self._pending, set()
+        return sorted(names)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            started = time.monotonic()
+            names = self._take()
+            if names:
+                try:
+                    pipe = sync_client().pipeline(transaction=False)
+                    pipe.sadd(_changed_key(), *names)
+                    pipe.expire(_changed_key(), CHANGED_TTL_S)  # no page open anywhere: the names age out
+                    pipe.execute()
+                    self.handed += len(names)
+                except Exception:  # best effort: a page also renders the state on load
+                    log.exception("dashboard change notes not handed over")
+            time.sleep(max(0.0, started + self.interval_s - time.monotonic()))
+
+
+change_notes = ChangeNotes()
+
+
+def on_replica_group_changed(sender, broker_name: str, **kwargs) -> None:
+    """Receiver of the controller's ``replica_group_changed``: note the name, publish later."""
+    change_notes.note(broker_name)
+
+
+class _StatePublisher:
+    """The page side: while this process serves at least one page (on this event loop), take the noted
+    names from Redis every ``STATE_INTERVAL_S`` (SPOP: each name goes to one process) and send those
+    groups' states, read in one selector call, to every page through the channel layer."""
+
+    def __init__(self) -> None:
+        self.pages = 0
+        self.task: asyncio.Task | None = None
+
+    def attach(self) -> None:
+        self.pages += 1
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+
+    def detach(self) -> None:
+        self.pages = max(0, self.pages - 1)
+        if self.pages == 0 and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    async def _run(self) -> None:
+        while self.pages > 0:
+            try:
+                await self.publish_noted()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # best effort: a page also renders the state on load
+                log.exception("dashboard state updates not sent")
+            await asyncio.sleep(STATE_INTERVAL_S)
+
+    async def publish_noted(self) -> int:
+        names = await async_client().spop(_changed_key(), STATE_BATCH_MAX)
+        if not names:
+            return 0
+        states = await database_sync_to_async(group_states)(sorted(names))
+        await asyncio.gather(*(_send(_state_message(name, state)) for name, state in states.items()))
+        return len(states)
+
+
+_publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _StatePublisher] = weakref.WeakKeyDictionary()
+
+
+def _publisher() -> _StatePublisher:
+    loop = asyncio.get_running_loop()
+    publisher = _publishers.get(loop)
+    if publisher is None:
+        publisher = _publishers[loop] = _StatePublisher()
+    return publisher
 
 
 class DashboardConsumer(AsyncWebsocketConsumer):
@@ -125,8 +250,13 @@ class DashboardConsumer(AsyncWebsocketConsumer):
             return
         self.groups_joined: set[str] = set()
         await self.accept()
+        _publisher().attach()
+        self.attached = True
 
     async def disconnect(self, code) -> None:
+        if getattr(self, "attached", False):
+            self.attached = False
+            _publisher().detach()
         for g in getattr(self, "groups_joined", set()):
             await self.channel_layer.group_discard(g, self.channel_name)
 

@@ -3,7 +3,9 @@
 Each broker ``(clusterName, brokerName, brokerId)`` has a hash ``ctl:live:<member>`` with its
 address, epoch, maxOffset, confirmOffset, electionPriority, heartbeatTimeoutMillis and last beat
 (Redis's clock), and a deadline in sorted set ``ctl:deadline``. ``ctl:conn`` maps a member to the
-Channels name of the websocket it heartbeats on.
+Channels name of the websocket it heartbeats on. Each function that reads the clock takes ``now_ms``:
+None (the default) is Redis's clock, one for every process; a value is that instant, so tests and
+replays judge liveness at a time of their choosing instead of sleeping.
 """
 
 from __future__ import annotations
@@ -11,20 +13,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controlplane.redis import LUA_NOW_MS, LUA_RELEASE_IF_BOUND, async_client, key, sync_client
+from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
 
 from .core.state import INT_MAX, LiveInfo
 
 DEFAULT_TIMEOUT_MILLIS = 10_000  # DEFAULT_BROKER_CHANNEL_EXPIRED_TIME in the controller
 
-# KEYS: deadline zset, conn hash. ARGV[1]: hash key prefix; then per beat 8 values:
+# ARGV[1] of every script is the clock ('' for Redis's, see LUA_NOW_MS_OR_ARGV1).
+# KEYS: deadline zset, conn hash. ARGV[2]: hash key prefix; then per beat 8 values:
 # member, addr, epoch, maxOffset, confirmOffset, priority, timeout, channel ('' = do not bind).
 # (epoch, maxOffset, confirmOffset) only move forward: a larger epoch, or the same epoch with a
 # larger maxOffset (a truncated replica keeps its old, higher maxOffset until its epoch grows).
-_HEARTBEAT = LUA_NOW_MS + """
-for i = 2, #ARGV, 8 do
+_HEARTBEAT = LUA_NOW_MS_OR_ARGV1 + """
+for i = 3, #ARGV, 8 do
   local m = ARGV[i]
-  local k = ARGV[1] .. m
+  local k = ARGV[2] .. m
   local epoch, maxo = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
   local old = redis.call('HMGET', k, 'epoch', 'maxOffset')
   local oe, om = tonumber(old[1]), tonumber(old[2])
@@ -38,17 +41,18 @@ end
 return now
 """
 
-# ARGV[1]: hash key prefix, then members. Returns {now, fields of member 1, fields of member 2, ...}.
-_READ = LUA_NOW_MS + """
+# ARGV: clock, hash key prefix, members. Returns {now, fields of member 1, fields of member 2, ...}.
+_READ = LUA_NOW_MS_OR_ARGV1 + """
 local out = {now}
-for i = 2, #ARGV do
-  out[#out + 1] = redis.call('HMGET', ARGV[1] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
+for i = 3, #ARGV do
+  out[#out + 1] = redis.call('HMGET', ARGV[2] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
                              'priority', 'timeout', 'last')
 end
 return out
 """
 
-_EXPIRED = LUA_NOW_MS + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
+# KEYS: deadline zset. ARGV: clock. Returns members whose deadline has passed.
+_EXPIRED = LUA_NOW_MS_OR_ARGV1 + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
 
 
 
@@ -86,42 +90,46 @@ def _keys() -> tuple[str, str]:
     return key("ctl", "deadline"), key("ctl", "conn")
 
 
-def _args(beats: Sequence[tuple[Beat, str]]) -> list:
-    args: list = [_prefix()]
+def _args(beats: Sequence[tuple[Beat, str]], now_ms: int | None) -> list:
+    args: list = [clock_arg(now_ms), _prefix()]
     for b, channel in beats:
         args += [b.member, b.broker_addr, b.epoch, b.max_offset, b.confirm_offset, b.election_priority,
                  b.heartbeat_timeout_millis, channel]
     return args
 
 
-def heartbeat(beat: Beat) -> None:
-    sync_client().eval(_HEARTBEAT, 2, *_keys(), *_args([(beat, "")]))
+def heartbeat(beat: Beat, now_ms: int | None = None) -> int:
+    """Stamp one heartbeat; returns the clock reading it used, in ms."""
+    return int(sync_client().eval(_HEARTBEAT, 2, *_keys(), *_args([(beat, "")], now_ms)))
 
 
-async def heartbeat_async(beats: Sequence[tuple[Beat, str]]) -> None:
+async def heartbeat_async(beats: Sequence[tuple[Beat, str]], now_ms: int | None = None) -> None:
     """Several heartbeats in one round trip; a non-empty channel binds the broker to that websocket."""
     if beats:
-        await async_client().eval(_HEARTBEAT, 2, *_keys(), *_args(beats))
+        await async_client().eval(_HEARTBEAT, 2, *_keys(), *_args(beats, now_ms))
 
 
-def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int]) -> dict[int, LiveInfo]:
-    """The heartbeat table for these replicas, judged alive against one Redis timestamp."""
+def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int],
+               now_ms: int | None = None) -> dict[int, LiveInfo]:
+    """The heartbeat table for these replicas, judged alive against one clock reading."""
     ids = sorted(set(broker_ids))
     if not ids:
         return {}
-    reply = sync_client().eval(_READ, 0, _prefix(), *(member(cluster_name, broker_name, i) for i in ids))
+    reply = sync_client().eval(_READ, 0, clock_arg(now_ms), _prefix(),
+                               *(member(cluster_name, broker_name, i) for i in ids))
     now = int(reply[0])
     return {broker_id: _live_info(broker_id, fields, now) for broker_id, fields in zip(ids, reply[1:], strict=True)}
 
 
-def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]]) -> dict[str, dict[int, LiveInfo]]:
+def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]],
+                    now_ms: int | None = None) -> dict[str, dict[int, LiveInfo]]:
     """``live_infos`` for many broker sets in one round trip (the inactive-master scan)."""
     wanted = [(cluster, name, sorted(set(ids))) for cluster, name, ids in sets]
     members = [member(c, n, i) for c, n, ids in wanted for i in ids]
     out: dict[str, dict[int, LiveInfo]] = {name: {} for _, name, _ in wanted}
     if not members:
         return out
-    reply = sync_client().eval(_READ, 0, _prefix(), *members)
+    reply = sync_client().eval(_READ, 0, clock_arg(now_ms), _prefix(), *members)
     now, fields = int(reply[0]), iter(reply[1:])
     for _, name, ids in wanted:
         for broker_id in ids:
@@ -150,8 +158,8 @@ def forget(members: Iterable[str]) -> None:
     pipe.execute()
 
 
-def expired_members() -> list[str]:
-    return list(sync_client().eval(_EXPIRED, 1, _keys()[0]))
+def expired_members(now_ms: int | None = None) -> list[str]:
+    return list(sync_client().eval(_EXPIRED, 1, _keys()[0], clock_arg(now_ms)))
 
 
 def acquire_slot(name: str, interval_millis: int) -> bool:

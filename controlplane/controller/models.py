@@ -21,7 +21,7 @@ class ReplicaGroup(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        app_label = "controlplane"
+        db_table = "controlplane_replicagroup"  # the table predates the controller app
         ordering = ["cluster_name", "broker_name"]
         constraints = [
             models.CheckConstraint(condition=Q(master_epoch__gte=0), name="group_master_epoch_not_negative"),
@@ -42,7 +42,7 @@ class Replica(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        app_label = "controlplane"
+        db_table = "controlplane_replica"
         ordering = ["group_id", "broker_id"]
         constraints = [
             models.UniqueConstraint(fields=["group", "broker_id"], name="replica_unique_id_in_group"),
@@ -81,7 +81,7 @@ class Transition(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
-        app_label = "controlplane"
+        db_table = "controlplane_transition"
         ordering = ["id"]
         constraints = [
             # At most one elect row per (brokerName, masterEpoch): two masters of one epoch cannot be committed.
@@ -102,4 +102,4 @@ class ControllerConfigEntry(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        app_label = "controlplane"
+        db_table = "controlplane_controllerconfigentry"

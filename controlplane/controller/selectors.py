@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from controlplane.isolation import isolated_addrs
+
+from . import liveness
+from .config_store import current_config
+from .core.preview import ElectionPreview, isolated_as_dead, preview_election
+from .core.state import LiveInfo, SyncState
 from .core.state import Replica as ReplicaValue
-from .core.state import SyncState
 from .models import Replica, ReplicaGroup, Transition
 
 
@@ -42,3 +47,27 @@ def history(broker_name: str | None = None, limit: int = 200):
     if broker_name:
         qs = qs.filter(broker_name=broker_name)
     return list(qs[:limit])
+
+
+def isolated_ids(state: SyncState) -> frozenset[int]:
+    """The replicas of a set that an operator isolated (the ground ``Isolation`` table, by address)."""
+    addrs = {addr for _, addr in isolated_addrs(state.cluster_name)}
+    return frozenset(r.broker_id for r in state.replicas if r.broker_address in addrs) if addrs else frozenset()
+
+
+def live_view(state: SyncState | None, isolated: frozenset[int] | None = None) -> dict[int, LiveInfo]:
+    """The heartbeat view of a set as elections see it: an isolated replica counts as dead.
+    ``isolated``: the isolated ids when the caller already has them (the locked read has)."""
+    if state is None:
+        return {}
+    live = liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids)
+    return isolated_as_dead(live, isolated_ids(state) if isolated is None else isolated)
+
+
+def election_preview(broker_name: str, broker_id: int | None) -> ElectionPreview | None:
+    """What electing ``broker_id`` (or the controller's choice, when None) would do now; None if the
+    set is unknown. Decided by the same rule as ``services.elect_master``, nothing is written."""
+    state = replica_info(broker_name)
+    if state is None:
+        return None
+    return preview_election(state, live_view(state), broker_id, enable_unclean=current_config().enable_elect_unclean_master)

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from controlplane.validation import addr_field, name_field
-
-MAX_ID = 2**63 - 1
-INT_MAX = 2**31 - 1
-
+from controlplane.validation import INT_MAX, MAX_ID
+from controlplane.validation_drf import addr_field, name_field
 
 _name, _addr = name_field, addr_field
 

@@ -7,9 +7,9 @@ transitions of one broker set take turns, and different sets proceed in parallel
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
+import time
 from dataclasses import dataclass
 from functools import partial
 
@@ -17,16 +17,17 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane.codes import ResponseCode as C
-from controlplane.isolation import isolated_addrs
+from controlplane.models import Isolation
 from controlplane.push import send_frames
-from dashboards.live import publish_state
 
 from . import liveness, selectors
 from .config_store import current_config
 from .core import rules
+from .core.preview import isolated_as_dead
 from .core.state import Decision, LiveInfo, SyncState, Trigger, candidates
 from .core.state import Replica as ReplicaValue
 from .models import Replica, ReplicaGroup, Transition, TransitionKind
+from .signals import announce_group_changed
 
 log = logging.getLogger(__name__)
 
@@ -44,39 +45,71 @@ class Outcome:
 
 
 _G, _R, _T = ReplicaGroup._meta.db_table, Replica._meta.db_table, Transition._meta.db_table
+_I = Isolation._meta.db_table
 
-# One round trip: lock the set's row and read its replicas (the lock is on the group row only).
+# One round trip: lock the set's row and read its replicas, each with whether an operator isolated it
+# (the lock is on the group row only).
 _LOCK_SQL = f"""
 SELECT g.id, g.cluster_name, g.master_broker_id, g.master_epoch, g.sync_state_set_epoch, g.next_assign_broker_id,
-       r.broker_id, r.broker_address, r.register_check_code, r.in_sync_state_set
+       r.broker_id, r.broker_address, r.register_check_code, r.in_sync_state_set, i.id IS NOT NULL
 FROM {_G} g LEFT JOIN {_R} r ON r.group_id = g.id
+     LEFT JOIN {_I} i ON i.cluster_name = g.cluster_name AND i.broker_addr = r.broker_address
 WHERE g.broker_name = %s ORDER BY r.broker_id FOR UPDATE OF g
 """
 
 
-def _locked(broker_name: str) -> tuple[int | None, SyncState | None]:
-    """Lock a broker set (``SELECT ... FOR UPDATE``) and load its state; (None, None) if unknown."""
+# The replicas of each broker set as this process last locked it. An election reads their heartbeats
+# (Redis) before it queues for the row lock, so the lock covers the Postgres statements only. That early
+# view is used if the set still has the same replicas and the view is at most EARLY_VIEW_MAX_AGE_S old
+# (well inside one heartbeat interval: the decision sees the beats it would have seen under the lock);
+# otherwise the view is read again under the lock.
+EARLY_VIEW_MAX_AGE_S = 0.2
+_last_locked: dict[str, tuple[str, frozenset[int]]] = {}
+
+
+@dataclass(frozen=True)
+class _EarlyView:
+    replicas: tuple[str, frozenset[int]]
+    live: dict[int, LiveInfo]
+    read_at: float
+
+
+def _early_view(broker_name: str) -> _EarlyView | None:
+    replicas = _last_locked.get(broker_name)
+    if replicas is None:
+        return None
+    return _EarlyView(replicas, liveness.live_infos(replicas[0], broker_name, replicas[1]), time.monotonic())
+
+
+@dataclass(frozen=True)
+class _Locked:
+    gid: int | None
+    state: SyncState | None
+    isolated: frozenset[int] = frozenset()
+
+    def live(self, early: _EarlyView | None = None) -> dict[int, LiveInfo]:
+        """The heartbeat view of the set; an isolated replica counts as dead: never a candidate."""
+        if self.state is None:
+            return {}
+        replicas = _last_locked[self.state.broker_name] = (self.state.cluster_name, self.state.replica_ids)
+        if early is not None and early.replicas == replicas and time.monotonic() - early.read_at <= EARLY_VIEW_MAX_AGE_S:
+            return isolated_as_dead(early.live, self.isolated)
+        return selectors.live_view(self.state, self.isolated)
+
+
+def _locked(broker_name: str) -> _Locked:
+    """Lock a broker set (``SELECT ... FOR UPDATE``) and load its state; no state if unknown."""
     with connection.cursor() as cur:
         cur.execute(_LOCK_SQL, [broker_name])
         rows = cur.fetchall()
     if not rows:
-        return None, None
+        return _Locked(None, None)
     gid, cluster, master, master_epoch, ss_epoch, next_id = rows[0][:6]
-    replicas = tuple(ReplicaValue(r[6], r[7], r[8]) for r in rows if r[6] is not None)
-    in_set = frozenset(r[6] for r in rows if r[6] is not None and r[9])
-    return gid, SyncState(cluster, broker_name, master, master_epoch, ss_epoch, in_set, replicas, next_id)
-
-
-def _live(state: SyncState | None) -> dict[int, LiveInfo]:
-    """The heartbeat view of a set; an isolated replica counts as dead: never a candidate."""
-    if state is None:
-        return {}
-    live = liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids)
-    isolated = {addr for _, addr in isolated_addrs(state.cluster_name)}
-    if isolated:
-        addrs = {r.broker_id: r.broker_address for r in state.replicas}
-        live = {i: dataclasses.replace(info, alive=False) if addrs.get(i) in isolated else info for i, info in live.items()}
-    return live
+    members = [r for r in rows if r[6] is not None]
+    replicas = tuple(ReplicaValue(r[6], r[7], r[8]) for r in members)
+    in_set = frozenset(r[6] for r in members if r[9])
+    state = SyncState(cluster, broker_name, master, master_epoch, ss_epoch, in_set, replicas, next_id)
+    return _Locked(gid, state, frozenset(r[6] for r in members if r[10]))
 
 
 def _store(gid: int, old: SyncState, new: SyncState) -> None:
@@ -178,7 +211,7 @@ def notify_role_changed(state: SyncState, live: dict[int, LiveInfo] | None = Non
     ``live`` is the heartbeat view the decision used, when the caller has it."""
     if not current_config().notify_broker_role_changed:
         return 0
-    live = live if live is not None else _live(state)
+    live = live if live is not None else selectors.live_view(state)
     members = [liveness.member(state.cluster_name, state.broker_name, i) for i, info in live.items() if info.alive]
     return send_frames(liveness.connections(members).values(), "notify_broker_role_changed", role_change_payload(state))
 
@@ -190,9 +223,10 @@ def elect_master(broker_name: str, *, broker_id: int | None = None, designate: b
     """``CONTROLLER_ELECT_MASTER`` (reference §1.5)."""
     request = rules.ElectRequest(broker_name, broker_id, designate, trigger)
     enable_unclean = current_config().enable_elect_unclean_master
+    early = _early_view(broker_name)
     with transaction.atomic():
-        gid, state = _locked(broker_name)
-        live = _live(state)
+        locked = _locked(broker_name)
+        gid, state, live = locked.gid, locked.state, locked.live(early)
         decision = rules.elect_master(state, live, request, enable_unclean=enable_unclean)
         if decision.new_state is None:
             return Outcome(decision.code, state, decision.detail)
@@ -200,7 +234,7 @@ def elect_master(broker_name: str, *, broker_id: int | None = None, designate: b
                           requested_by=requested_by, requested_broker_id=broker_id, live=live)
         if decision.code == C.SUCCESS:
             transaction.on_commit(partial(notify_role_changed, decision.new_state, live), robust=True)
-            transaction.on_commit(partial(publish_state, broker_name), robust=True)
+            transaction.on_commit(partial(announce_group_changed, broker_name), robust=True)
     log.info("elect %s by %s: code %s, master %s, epoch %s", broker_name, trigger.value, decision.code,
              decision.new_state.master_broker_id, decision.new_state.master_epoch)
     return Outcome(decision.code, decision.new_state, decision.detail)
@@ -212,14 +246,15 @@ def alter_sync_state_set(broker_name: str, *, master_broker_id: int, master_epoc
     request = rules.AlterRequest(broker_name, master_broker_id, master_epoch, frozenset(new_sync_state_set),
                                  sync_state_set_epoch)
     with transaction.atomic():
-        gid, state = _locked(broker_name)
-        alive = [i for i, info in _live(state).items() if info.alive]
+        locked = _locked(broker_name)
+        gid, state = locked.gid, locked.state
+        alive = [i for i, info in locked.live().items() if info.alive]
         decision = rules.alter_sync_state_set(state, alive, request)
         if decision.new_state is None:
             return Outcome(decision.code, state, decision.detail)
         _write_transition(gid, TransitionKind.ALTER, Trigger.BROKER, state, decision.new_state, decision,
                           requested_by=requested_by, requested_broker_id=master_broker_id)
-        transaction.on_commit(partial(publish_state, broker_name), robust=True)
+        transaction.on_commit(partial(announce_group_changed, broker_name), robust=True)
     return Outcome(decision.code, decision.new_state)
 
 
@@ -236,7 +271,8 @@ def apply_broker_id(cluster_name: str, broker_name: str, broker_id: int, registe
     with transaction.atomic():
         ReplicaGroup.objects.bulk_create([ReplicaGroup(cluster_name=cluster_name, broker_name=broker_name)],
                                          ignore_conflicts=True)
-        gid, state = _locked(broker_name)
+        locked = _locked(broker_name)
+        gid, state = locked.gid, locked.state
         decision = rules.apply_broker_id(state if state.replicas else None, cluster_name, broker_name, broker_id,
                                          register_check_code)
         if decision.new_state is not None:
@@ -251,8 +287,9 @@ def apply_broker_id(cluster_name: str, broker_name: str, broker_id: int, registe
 def register_broker(broker_name: str, broker_id: int, broker_address: str, requested_by: str = "") -> Outcome:
     """``CONTROLLER_REGISTER_BROKER``: the current master (if alive) and SyncStateSet; updates a moved address."""
     with transaction.atomic():
-        gid, state = _locked(broker_name)
-        decision = rules.register_broker(state, broker_id, broker_address, _live(state))
+        locked = _locked(broker_name)
+        gid, state = locked.gid, locked.state
+        decision = rules.register_broker(state, broker_id, broker_address, locked.live())
         if decision.new_state is not None:
             _store(gid, state, decision.new_state)
             _record(TransitionKind.UPDATE_ADDRESS, Trigger.BROKER, state, decision.new_state, decision,
@@ -264,8 +301,9 @@ def clean_broker_data(broker_name: str, broker_ids: set[int] | None, *, clean_li
                       requested_by: str = "") -> Outcome:
     """``CLEAN_BROKER_DATA`` (reference §1.9): no epoch moves."""
     with transaction.atomic():
-        gid, state = _locked(broker_name)
-        alive = [i for i, info in _live(state).items() if info.alive]
+        locked = _locked(broker_name)
+        gid, state = locked.gid, locked.state
+        alive = [i for i, info in locked.live().items() if info.alive]
         decision = rules.clean_broker_data(state, frozenset(broker_ids) if broker_ids else None,
                                            clean_living=clean_living, alive=alive)
         if decision.new_state is None:
@@ -301,11 +339,12 @@ def on_broker_inactive(cluster_name: str, broker_name: str, broker_id: int | Non
     return outcome
 
 
-def scan_inactive_brokers() -> list[str]:
-    """``scanNotActiveBroker`` of the controller: drop expired heartbeat entries and react."""
+def scan_inactive_brokers(now_ms: int | None = None) -> list[str]:
+    """``scanNotActiveBroker`` of the controller: drop expired heartbeat entries and react.
+    ``now_ms``: the instant expiry is judged at (None: Redis's clock, see liveness)."""
     if not liveness.acquire_slot("scan-brokers", current_config().scan_not_active_broker_interval):
         return []
-    expired = liveness.expired_members()
+    expired = liveness.expired_members(now_ms)
     liveness.forget(expired)
     for value in expired:
         cluster, name, broker_id = liveness.split_member(value)
@@ -316,13 +355,14 @@ def scan_inactive_brokers() -> list[str]:
     return expired
 
 
-def scan_inactive_masters() -> list[str]:
-    """``scanNeedReelectBrokerSets``: sets whose master is dead while a replica lives."""
+def scan_inactive_masters(now_ms: int | None = None) -> list[str]:
+    """``scanNeedReelectBrokerSets``: sets whose master is dead while a replica lives, judged at
+    ``now_ms`` (None: Redis's clock, see liveness); the election that follows judges at its own time."""
     if not liveness.acquire_slot("scan-masters", current_config().scan_inactive_master_interval):
         return []
     elected = []
     with_master = selectors.states(with_master_only=True)
-    live_by_set = liveness.live_infos_many([(s.cluster_name, s.broker_name, s.replica_ids) for s in with_master])
+    live_by_set = liveness.live_infos_many([(s.cluster_name, s.broker_name, s.replica_ids) for s in with_master], now_ms)
     for state in with_master:
         if rules.need_reelect(state, live_by_set[state.broker_name]):
             outcome = on_broker_inactive(state.cluster_name, state.broker_name, None)

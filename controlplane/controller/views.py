@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.auth import IsAdmin, IsBroker, TokenPrincipal
+from controlplane.auth import IsAdmin, IsBroker, request_is_operator, who
 from controlplane.config_views import ConfigView as BaseConfigView
 
 from . import api, config_store, liveness, selectors
@@ -23,18 +23,6 @@ from .serializers import (
     RegisterSerializer,
     SyncStateDataSerializer,
 )
-
-
-def who(request) -> str:
-    if isinstance(request.auth, TokenPrincipal):
-        return f"token:{request.auth.name}"
-    return f"user:{request.user.get_username()}" if getattr(request, "user", None) else "anonymous"
-
-
-def is_operator(request) -> bool:
-    if isinstance(request.auth, TokenPrincipal):
-        return request.auth.is_admin
-    return bool(getattr(request.user, "is_staff", False))
 
 
 class _Op(APIView):
@@ -88,7 +76,7 @@ class ElectView(APIView):
                                "to that replica, without brokerId it is an automatic election. 2011 (master still "
                                "alive) answers 200 like RocketMQ's brokers treat it.")
     def post(self, request):
-        return Response(api.elect(request.data, who(request), operator=is_operator(request)))
+        return Response(api.elect(request.data, who(request), operator=request_is_operator(request)))
 
 
 class CleanView(APIView):

@@ -12,7 +12,7 @@ from controlplane.models import ApiToken
 
 from .helpers import CTL, addr, apply_body, heartbeat_body
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 def ok(r, status=200):

@@ -23,7 +23,7 @@ from controlplane.controller.invariants import check_history
 from controlplane.controller.models import Replica, ReplicaGroup, Transition, TransitionKind
 from tests.procs import ROOT, child_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 PROCESSES = 8
 CALLS = 200

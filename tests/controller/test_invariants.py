@@ -8,6 +8,8 @@ import pytest
 from controlplane.controller.core.invariants import Row, check
 from controlplane.controller.core.rules import DROPPED_SET
 
+pytestmark = pytest.mark.unit
+
 
 def row(id_, kind, old_master, new_master, old_me, new_me, old_sse, new_sse, new_set=(), detail="", name="b1") -> Row:
     return Row(id_, name, kind, old_master, new_master, old_me, new_me, old_sse, new_sse, tuple(sorted(new_set)), detail)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,8 @@ from controlplane.controller.core.rules import (
     register_broker,
 )
 from controlplane.controller.core.state import INT_MAX, Decision, LiveInfo, Replica, SyncState, Trigger
+
+pytestmark = pytest.mark.unit
 
 CLUSTER = "c1"
 NAMES = ("b1", "b2")

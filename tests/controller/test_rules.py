@@ -22,6 +22,8 @@ from controlplane.controller.core.rules import (
 )
 from controlplane.controller.core.state import INT_MAX, LiveInfo, Replica, SyncState, Trigger
 
+pytestmark = pytest.mark.unit
+
 NAME = "b1"
 
 

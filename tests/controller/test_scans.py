@@ -10,8 +10,9 @@ from django.core.management import CommandError, call_command
 from controlplane.controller import config_store, liveness, services
 from controlplane.controller.core.state import Trigger
 from controlplane.controller.models import ReplicaGroup, Transition
+from controlplane.redis import sync_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 def make_set(name: str, *, master_timeout: int, others_timeout: int = 60_000) -> None:
@@ -25,7 +26,13 @@ def make_set(name: str, *, master_timeout: int, others_timeout: int = 60_000) ->
                                          sync_state_set_epoch=1).ok
 
 
+def redis_now_ms() -> int:
+    seconds, micros = sync_client().time()
+    return seconds * 1000 + micros // 1000
+
+
 def test_the_inactive_broker_scan_drops_an_expired_master_and_elects():
+    # The one scan test on Redis's own clock (the default): it waits for the master's 200 ms to pass.
     config_store.update_config({"scanNotActiveBrokerInterval": 100})
     make_set("g1", master_timeout=200)
     time.sleep(0.4)
@@ -40,8 +47,11 @@ def test_the_inactive_master_scan_reelects_a_set_whose_master_is_dead_but_a_repl
     config_store.update_config({"scanInactiveMasterInterval": 100})
     make_set("g1", master_timeout=200)
     make_set("g2", master_timeout=60_000)  # healthy: left alone
-    time.sleep(0.4)
-    assert services.scan_inactive_masters() == ["g1"]
+    now = redis_now_ms()
+    # g1's master last beat 400 ms ago (an injected clock reading): dead for the scan and the election.
+    liveness.heartbeat(liveness.Beat("c1", "g1", 1, "127.0.0.1:10001", epoch=0, max_offset=10,
+                                     heartbeat_timeout_millis=200), now_ms=now - 400)
+    assert services.scan_inactive_masters(now_ms=now) == ["g1"]
     assert ReplicaGroup.objects.get(broker_name="g1").master_epoch == 2
     assert ReplicaGroup.objects.get(broker_name="g2").master_epoch == 1
     # One scan per interval, however many beats and workers tick.
@@ -51,8 +61,7 @@ def test_the_inactive_master_scan_reelects_a_set_whose_master_is_dead_but_a_repl
 def test_nobody_alive_controller_elections_retry_then_leave_no_master():
     config_store.update_config({"scanNotActiveBrokerInterval": 100, "electMasterMaxRetryCount": 2})
     make_set("g1", master_timeout=200, others_timeout=200)
-    time.sleep(0.4)
-    services.scan_inactive_brokers()
+    assert services.scan_inactive_brokers(now_ms=redis_now_ms() + 400) == [liveness.member("c1", "g1", i) for i in (1, 2, 3)]
     group = ReplicaGroup.objects.get(broker_name="g1")
     # Each controller-triggered try that finds nobody still moves the epoch (reference §1.5 step 7).
     assert group.master_broker_id is None and group.master_epoch == 3

@@ -10,7 +10,7 @@ from tests.nameserver.test_websocket import call, connected
 
 from .helpers import addr, apply_body, heartbeat_body
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 def test_controller_frames_and_their_errors(broker_token):

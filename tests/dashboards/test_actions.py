@@ -26,7 +26,7 @@ from tests.aio import run_scenario
 from tests.controller.helpers import CTL, addr, apply_body, heartbeat_body
 from tests.nameserver.helpers import NS, register_body
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_bad_input_is_a_400_with_field_errors(group):
     op = user("op", operator=True)
     assert post(op, "/groups/g1/elect", {"brokerId": "two"}) == (
         400,
-        {"detail": "invalid input", "fields": {"brokerId": ["must be a non-negative integer"]}},
+        {"detail": "invalid input", "fields": {"brokerId": [f"must be an integer from 0 to {2**63 - 1}"]}},
     )
     assert post(op, "/groups/g1/isolate", {"brokerId": 2})[1]["fields"] == {"isolated": ["must be true or false"]}
     assert post(op, "/groups/g1/isolate", {"brokerId": 9, "isolated": True})[0] == 400
@@ -167,6 +167,14 @@ def test_wiping_and_adding_write_permission(group):
     assert list(OperatorAction.objects.order_by("id").values_list("action", flat=True)) == ["wipe_write_perm", "add_write_perm"]
 
 
+async def next_update(page: WebsocketCommunicator, kind: str) -> dict:
+    """The next update of this kind (the fixture's own transitions may still be on their way)."""
+    while True:
+        message = json.loads(await page.receive_from(timeout=5))
+        if message.get("kind") == kind:
+            return message
+
+
 def test_the_live_websocket_pushes_state_changes_to_subscribed_pages(group):
     viewer = User.objects.create_user("watcher", password="pw")
 
@@ -178,14 +186,14 @@ def test_the_live_websocket_pushes_state_changes_to_subscribed_pages(group):
         await page.send_to(text_data=json.dumps({"subscribe": "g1"}))
         assert json.loads(await page.receive_from(timeout=5)) == {"type": "subscribed", "to": "g1"}
         await sync_to_async(live.publish_state)("g1")
-        update = json.loads(await page.receive_from(timeout=5))
+        update = await next_update(page, "state")
         assert update["kind"] == "state" and update["brokerName"] == "g1"
         assert update["data"]["masterBrokerId"] == 1 and update["data"]["syncStateSet"] == [1, 2]
         # Water levels are throttled to one update per second per group; the latest wins.
         for n in range(3):
             await live.publish_async("water_levels", "g1", {"reports": [{"brokerAddr": addr(1), "maxOffset": n}]})
-        first = json.loads(await page.receive_from(timeout=5))
-        second = json.loads(await page.receive_from(timeout=5))
+        first = await next_update(page, "water_levels")
+        second = await next_update(page, "water_levels")
         assert first["data"]["reports"][0]["maxOffset"] == 0 and second["data"]["reports"][0]["maxOffset"] == 2
         assert second["sentAtMs"] - first["sentAtMs"] >= 900
         await page.disconnect()
@@ -196,6 +204,37 @@ def test_the_live_websocket_pushes_state_changes_to_subscribed_pages(group):
         anonymous.scope["user"] = AnonymousUser()
         connected, _ = await anonymous.connect()
         assert not connected
+        await sync_to_async(connections.close_all)()
+
+    run_scenario(scenario)
+
+
+def test_pages_hear_of_elections_and_isolations_through_the_controllers_announcement(group):
+    """The election path does not publish: the controller announces ``replica_group_changed`` on commit
+    and the dashboard's publisher thread sends the state (batched, throttled) to subscribed pages."""
+    viewer = User.objects.create_user("watcher", password="pw")
+    op = user("op", operator=True)
+    admin = APIClient()
+    admin.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue('ops-tool', 'admin')[1]}")
+
+    async def scenario():
+        page = WebsocketCommunicator(DashboardConsumer.as_asgi(), "/ws/dashboard/")
+        page.scope["user"] = viewer
+        assert (await page.connect())[0]
+        await page.send_to(text_data=json.dumps({"subscribe": "*"}))
+        assert json.loads(await page.receive_from(timeout=5)) == {"type": "subscribed", "to": "*"}
+        status, _ = await sync_to_async(post)(op, "/groups/g1/elect", {"brokerId": 2})
+        assert status == 200
+        # The fixture's own transitions may come first (the latest state wins); then the election's.
+        update = await next_update(page, "state")
+        while update["data"]["masterEpoch"] < 2:
+            update = await next_update(page, "state")
+        assert (update["brokerName"], update["data"]["masterBrokerId"], update["data"]["masterEpoch"]) == ("g1", 2, 2)
+        r = await sync_to_async(admin.post)("/api/v1/operations/brokers/isolate", {"brokerName": "g1", "brokerId": 3},
+                                            format="json")
+        assert r.status_code == 200
+        assert (await next_update(page, "state"))["data"]["isolated"] == [3]
+        await page.disconnect()
         await sync_to_async(connections.close_all)()
 
     run_scenario(scenario)

@@ -151,13 +151,14 @@ def register_broker(state: SyncState | None, broker_id: int, broker_address: str
                     live: Mapping[int, LiveInfo]) -> Decision:
     """``registerBroker`` ("registerSuccess"): the current master if it is alive, the SyncStateSet,
     and an address update when the replica moved."""
-    if state is None or state.replica(broker_id) is None:
+    me = state.replica(broker_id) if state is not None else None
+    if state is None or me is None:
         return Decision(C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
                         detail=f"broker id {broker_id} is not registered; apply for an id first")
     master = state.master_broker_id
     master_alive = master is not None and master in live and live[master].alive
     new_state = None
-    if state.replica(broker_id).broker_address != broker_address:
+    if me.broker_address != broker_address:
         replicas = tuple(replace(r, broker_address=broker_address) if r.broker_id == broker_id else r
                          for r in state.replicas)
         new_state = replace(state, replicas=replicas)
