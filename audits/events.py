@@ -1,9 +1,9 @@
 """A broker's batch of consumer-offset commits (docs/websocket.md ``offset_events``, docs/api.md): the
 checks, shared by REST and the websocket, and the batch as rows of the event store.
 
-Checked by hand like the heartbeat's water levels (nameserver.serializers.parse_water_levels): a
+Checked with the pure rules of ``controlplane.validation``, like the heartbeat's water levels: a
 broker sends a batch every second, and DRF serializers cost ~100x more per event. Errors are
-DRF-shaped field errors, e.g. ``{"events": {"3": {"offset": ["must be ..."]}}}``.
+``validation.Invalid`` with DRF-shaped field errors, e.g. ``{"events": {"3": {"offset": ["must be ..."]}}}``.
 """
 
 from __future__ import annotations
@@ -11,46 +11,29 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from rest_framework import serializers
-
-from controlplane.validation import NAME_RE
-from nameserver.serializers import BrokerRole, _integer, _json_object, _matching
+from controlplane import validation as v
+from nameserver.core.water_levels import BrokerRole
 from spark_jobs.schema import Source
 
 MAX_EVENTS_PER_BATCH = 10_000
-_NAME = _matching(NAME_RE, 127, "only letters, digits and %|_.- are allowed")
-
-
-def _source(value: object) -> str | None:
-    ok = isinstance(value, str) and value in {s.value for s in Source}
-    return None if ok else "must be one of " + ", ".join(s.value for s in Source)
-
-
-def _queue_id(value: object) -> str | None:
-    return None if type(value) is int and 0 <= value <= 65535 else "must be an integer from 0 to 65535"
-
-
-def _role(value: object) -> str | None:
-    return None if isinstance(value, str) and value in BrokerRole.__members__ else "must be one of " + ", ".join(BrokerRole)
-
 
 _HEADER = {
-    "clusterName": _NAME,
-    "brokerName": _NAME,
-    "brokerId": _integer(),
-    "role": _role,
-    "masterEpoch": _integer(-1),  # -1: none yet
+    "clusterName": v.name,
+    "brokerName": v.name,
+    "brokerId": v.integer(),
+    "role": v.one_of(BrokerRole),
+    "masterEpoch": v.integer(-1),  # -1: none yet
 }
-_DATA_VERSION = {"stateVersion": _integer(), "counter": _integer(), "timestamp": _integer()}
+_DATA_VERSION = {"stateVersion": v.integer(), "counter": v.integer(), "timestamp": v.integer()}
 _EVENT = {
-    "consumerGroup": _NAME,
-    "topic": _NAME,
-    "queueId": _queue_id,
-    "offset": _integer(),
-    "source": _source,
-    "timestampMs": _integer(),
+    "consumerGroup": v.name,
+    "topic": v.name,
+    "queueId": v.integer(0, 65535),
+    "offset": v.integer(),
+    "source": v.one_of(s.value for s in Source),
+    "timestampMs": v.integer(),
 }
-_QUEUE_MAX = _integer()
+_OPTIONAL_EVENT = {"queueMaxOffset": v.integer()}
 
 
 @dataclass(frozen=True)
@@ -96,13 +79,13 @@ class OffsetEventBatch:
 
 
 def parse_offset_events(value: object) -> OffsetEventBatch:
-    """A reported batch checked and reduced to the known fields; raises ValidationError with
+    """A reported batch checked and reduced to the known fields; raises ``validation.Invalid`` with
     DRF-shaped field errors (unknown fields are dropped)."""
     if not isinstance(value, dict):
-        raise serializers.ValidationError(["must be a JSON object"])
-    header, errors = _json_object(value, _HEADER)
+        raise v.Invalid(["must be a JSON object"])
+    header, errors = v.json_object(value, _HEADER)
     dv = value.get("dataVersion", {"stateVersion": 0, "counter": 0, "timestamp": 0})
-    data_version, dv_errors = _json_object(dv, _DATA_VERSION) if isinstance(dv, dict) else ({}, ["must be a JSON object"])
+    data_version, dv_errors = v.json_object(dv, _DATA_VERSION) if isinstance(dv, dict) else ({}, ["must be a JSON object"])
     if dv_errors:
         errors["dataVersion"] = dv_errors
     raw_events = value.get("events")
@@ -117,20 +100,18 @@ def parse_offset_events(value: object) -> OffsetEventBatch:
             if not isinstance(raw, dict):
                 event_errors[str(n)] = ["must be a JSON object"]
                 continue
-            ev, ev_errors = _json_object(raw, _EVENT)
-            qmax = raw.get("queueMaxOffset")
-            if qmax is not None and (message := _QUEUE_MAX(qmax)) is not None:
-                ev_errors["queueMaxOffset"] = [message]
+            ev, ev_errors = v.json_object(raw, _EVENT, _OPTIONAL_EVENT)
             if ev_errors:
                 event_errors[str(n)] = ev_errors
                 continue
+            qmax = ev.get("queueMaxOffset")
             events.append(
                 OffsetEvent(ev["consumerGroup"], ev["topic"], ev["queueId"], ev["offset"], ev["source"], ev["timestampMs"], qmax)
             )
         if event_errors:
             errors["events"] = event_errors
     if errors:
-        raise serializers.ValidationError(errors)
+        raise v.Invalid(errors)
     return OffsetEventBatch(
         header["clusterName"],
         header["brokerName"],
@@ -153,7 +134,7 @@ OFFSET_EVENTS_SCHEMA = {
         "masterEpoch": {"type": "integer", "format": "int64", "minimum": -1},
         "dataVersion": {
             "type": "object",
-            "description": "the offset table's DataVersion (reference §5.4); default 0s",
+            "description": "the offset table's DataVersion; default 0s",
             "properties": {k: {"type": "integer", "format": "int64", "minimum": 0} for k in _DATA_VERSION},
         },
         "events": {

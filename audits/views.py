@@ -1,5 +1,5 @@
 """REST endpoints (/api/v1/audits/) and the results page (/audits/): thin, each calls one service or
-selector. Tokens: broker (or admin) to report events, admin (or staff login) to start a run, any
+selector. Tokens: broker (or admin) to report events, admin (or an operator login) to start a run, any
 token or a login to read. The page's "Run audit now" needs an operator login and CSRF."""
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.auth import HasReadAccess, IsAdmin, IsBroker, TokenPrincipal
-from controlplane.controller.views import who
+from controlplane.auth import HasReadAccess, IsAdmin, IsBroker, TokenPrincipal, is_operator, who
 from controlplane.errors import ApiError, ResponseCode
-from dashboards.permissions import is_operator  # the dashboard's rule: the "operators" group or superusers
 from spark_jobs.schema import Cause
 
 from . import selectors, services

@@ -1,4 +1,5 @@
-"""Token authentication for brokers and tools (``Authorization: Bearer <token>``).
+"""Token authentication for brokers and tools (``Authorization: Bearer <token>``), and who counts as
+an operator (``is_operator``: the one definition, used by REST, the dashboard and the audits page).
 
 Valid tokens are cached in-process for a few seconds so that 1 Hz heartbeats from hundreds of
 brokers do not each cost a Postgres read; a revoked token stops working within TOKEN_CACHE_SECONDS.
@@ -15,6 +16,7 @@ from rest_framework import authentication, exceptions, permissions
 from .models import ApiToken, TokenScope, hash_token
 
 TOKEN_CACHE_SECONDS = 5.0
+OPERATORS_GROUP = "operators"
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,28 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
         return self.keyword
 
 
+def is_operator(principal) -> bool:
+    """An operator may act (elect, isolate, administer topics and configs, start audits): an admin
+    token, or a logged-in user who is a superuser or a member of the "operators" group."""
+    if isinstance(principal, TokenPrincipal):
+        return principal.is_admin
+    if not getattr(principal, "is_authenticated", False):
+        return False
+    return bool(principal.is_superuser) or principal.groups.filter(name=OPERATORS_GROUP).exists()
+
+
+def request_is_operator(request) -> bool:
+    """``is_operator`` for the token or the session user behind a request."""
+    return is_operator(request.auth if isinstance(request.auth, TokenPrincipal) else getattr(request, "user", None))
+
+
+def who(request) -> str:
+    """How the audit log and the controller's history name the caller of a request."""
+    if isinstance(request.auth, TokenPrincipal):
+        return f"token:{request.auth.name}"
+    return f"user:{request.user.get_username()}" if getattr(request, "user", None) else "anonymous"
+
+
 def _session_user(request):
     user = getattr(request, "user", None)
     if isinstance(user, TokenPrincipal):
@@ -115,15 +139,12 @@ class IsBroker(permissions.BasePermission):
 
 
 class IsAdmin(permissions.BasePermission):
-    """An admin token, or a logged-in staff user: topic administration, config updates."""
+    """An operator (``is_operator``): topic administration, config updates, cleaning, audits."""
 
-    message = "This call needs an admin token or a staff login."
+    message = "This call needs an admin token or an operator login."
 
     def has_permission(self, request, view) -> bool:
-        if isinstance(request.auth, TokenPrincipal):
-            return request.auth.is_admin
-        user = _session_user(request)
-        return user is not None and user.is_staff
+        return request_is_operator(request)
 
 
 try:  # describe the bearer scheme in the OpenAPI schema

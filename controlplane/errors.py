@@ -13,6 +13,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from controlplane.codes import ResponseCode
+from controlplane.validation import Invalid
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ def _flatten(detail) -> str:
 
 
 def exception_handler(exc, context) -> Response:
+    if isinstance(exc, Invalid):  # a pure check's refusal (controlplane.validation), as DRF's own
+        exc = exceptions.ValidationError(exc.fields)
     if isinstance(exc, ApiError):
         return Response(error_body(exc.rocketmq_code, str(exc.detail), **exc.extra), status=exc.status_code)
     if isinstance(exc, exceptions.ValidationError):

@@ -48,6 +48,14 @@ def async_client() -> aioredis.Redis:
 
 # Lua: the Redis server's clock in ms as ``now`` (one clock for every process that judges liveness).
 LUA_NOW_MS = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000) "
+# Lua: the same ``now``, unless the caller injects a clock reading as ARGV[1] (ms; '' for the server's).
+LUA_NOW_MS_OR_ARGV1 = "local t = redis.call('TIME') local now = tonumber(ARGV[1]) or (t[1] * 1000 + math.floor(t[2] / 1000)) "
+
+
+def clock_arg(now_ms: int | None) -> str:
+    """ARGV[1] for LUA_NOW_MS_OR_ARGV1: None is the Redis server's clock, a value that instant in ms."""
+    return "" if now_ms is None else str(int(now_ms))
+
 
 # Lua: KEYS[1] a hash member -> channel; delete ARGV[1] only if it is still bound to channel ARGV[2]
 # (a websocket closing after its broker reconnected elsewhere must not unbind the new one).

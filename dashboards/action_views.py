@@ -10,6 +10,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
+from controlplane import validation as v
+
 from . import actions
 from .permissions import is_operator
 
@@ -24,20 +26,24 @@ def _body(request: HttpRequest) -> dict:
     return data
 
 
-def _int_field(data: dict, name: str, *, required: bool) -> int | None:
+_BROKER_ID = v.integer()
+
+
+def _field(data: dict, name: str, check: v.Check, *, required: bool = True):
     value = data.get(name)
     if value is None and not required:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise actions.ActionError("invalid input", {name: ["must be a non-negative integer"]})
+    if (message := check(value)) is not None:
+        raise actions.ActionError("invalid input", {name: [message]})
     return value
+
+
+def _int_field(data: dict, name: str, *, required: bool) -> int | None:
+    return _field(data, name, _BROKER_ID, required=required)
 
 
 def _bool_field(data: dict, name: str) -> bool:
-    value = data.get(name)
-    if not isinstance(value, bool):
-        raise actions.ActionError("invalid input", {name: ["must be true or false"]})
-    return value
+    return _field(data, name, v.boolean)
 
 
 def _operator_action(handler):
@@ -59,9 +65,8 @@ def _operator_action(handler):
 @_operator_action
 def elect_preview(request: HttpRequest, broker_name: str) -> dict:
     raw = request.GET.get("brokerId", "")
-    if raw and not raw.isdigit():
-        raise actions.ActionError("invalid input", {"brokerId": ["must be a non-negative integer"]})
-    return actions.preview_elect(broker_name, int(raw) if raw else None).as_dict()
+    broker_id = _field({"brokerId": int(raw) if raw.isdigit() else raw}, "brokerId", _BROKER_ID) if raw else None
+    return actions.preview_elect(broker_name, broker_id).as_dict()
 
 
 @require_POST

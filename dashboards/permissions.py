@@ -1,12 +1,8 @@
-"""Who may do what on the dashboard: every logged-in user views; operators (members of the
-"operators" group, or superusers) act."""
+"""Who may do what on the dashboard: every logged-in user views; operators act. "Operator" has one
+definition, ``controlplane.auth.is_operator`` (the "operators" group or superusers)."""
 
 from __future__ import annotations
 
-OPERATORS_GROUP = "operators"
+from controlplane.auth import OPERATORS_GROUP, is_operator
 
-
-def is_operator(user) -> bool:
-    if not getattr(user, "is_authenticated", False):
-        return False
-    return user.is_superuser or user.groups.filter(name=OPERATORS_GROUP).exists()
+__all__ = ["OPERATORS_GROUP", "is_operator"]

@@ -14,13 +14,12 @@ from controlplane.controller.config_store import current_config as controller_co
 from controlplane.controller.models import ReplicaGroup, Transition
 from controlplane.isolation import isolated_addrs
 from nameserver import selectors as ns
-from nameserver import water_levels
+from nameserver import water_levels, wire
+from nameserver.core.routes import acting_master_id
 from nameserver.models import BrokerGroup
 from nameserver.settings_store import current_config as nameserver_config
 
 from .models import WaterLevelSample
-
-HA_MAX_GAP_NOT_IN_SYNC = 256 * 1024 * 1024  # reference §2.7 default: the warning threshold
 
 
 def _reports_by_group(clusters: set[str]) -> dict[str, list[dict]]:
@@ -53,9 +52,12 @@ def _health(group: dict, members: list[dict], reports: list[dict]) -> tuple[str,
         if m["isolated"]:
             flag(f"broker {m['brokerId']} isolated by an operator")
     for r in reports:
+        # The master judges its slaves by its own haMaxGapNotInSync (brokers/ha/quorum.py) and reports
+        # the verdict; a report without it (an older broker) raises no warning here.
+        threshold = f" of {r['haMaxGapNotInSync']} bytes" if "haMaxGapNotInSync" in r else ""
         for s in r.get("slaves", []):
-            if s["lagBytes"] > HA_MAX_GAP_NOT_IN_SYNC:
-                flag(f"slave {s['brokerId']} lag above haMaxGapNotInSync ({s['lagBytes']} bytes)")
+            if s.get("inSync") is False:
+                flag(f"slave {s['brokerId']} lag above haMaxGapNotInSync{threshold} ({s['lagBytes']} bytes)")
     return level, reasons
 
 
@@ -110,8 +112,7 @@ def _groups(broker_name: str | None = None) -> list[dict]:
             m["alive"] = beat is not None
             m["isolated"] = (g["clusterName"], addr) in isolated
             m.setdefault("nameserverId", None)
-        if g["_ns_ids"] and 0 not in g["_ns_ids"] and g["_acting"]:
-            g["actingMasterId"] = min(g["_ns_ids"])
+        g["actingMasterId"] = acting_master_id(g["_ns_ids"], enable_acting_master=g["_acting"])
         g["members"] = sorted(g.pop("_members").values(), key=lambda m: m["brokerId"])
         g["syncStateSet"].sort()
         del g["_ns_ids"], g["_acting"]
@@ -141,6 +142,7 @@ def _with_levels(group: dict, reports: list[dict]) -> None:
         m["reportedBrokerId"] = r.get("brokerId")
         s = slaves.get(r.get("brokerId")) if r and "SLAVE" in m["role"] else None
         m["ackOffset"] = s["ackOffset"] if s else None
+        m["inSync"] = s.get("inSync") if s else None  # the master's verdict (haMaxGapNotInSync), if reported
         m["lagBytes"] = s["lagBytes"] if s else (0 if r and "MASTER" in m["role"] else None)
         caught = s["lastCaughtUpMs"] if s else 0
         m["lagSeconds"] = round((now - caught) / 1000, 1) if s and s["lagBytes"] > 0 and caught else (0 if s else None)
@@ -191,13 +193,18 @@ def _why(t: Transition) -> str:
 
 def group_state(broker_name: str) -> dict | None:
     """The controller state of one group as the live page shows it."""
-    s = ctl.replica_info(broker_name)
-    if s is None:
-        return None
-    isolated = {addr for _, addr in isolated_addrs(s.cluster_name)}
-    return {"masterBrokerId": s.master_broker_id, "masterAddress": s.master_address, "masterEpoch": s.master_epoch,
-            "syncStateSet": sorted(s.sync_state_set), "syncStateSetEpoch": s.sync_state_set_epoch,
-            "isolated": sorted(r.broker_id for r in s.replicas if r.broker_address in isolated)}
+    return group_states([broker_name]).get(broker_name)
+
+
+def group_states(broker_names: list[str]) -> dict[str, dict]:
+    """``group_state`` of several groups in three queries (the live publisher's batches)."""
+    found = ctl.states(broker_names)
+    isolated = isolated_addrs() if found else set()
+    return {s.broker_name: {
+        "masterBrokerId": s.master_broker_id, "masterAddress": s.master_address, "masterEpoch": s.master_epoch,
+        "syncStateSet": sorted(s.sync_state_set), "syncStateSetEpoch": s.sync_state_set_epoch,
+        "isolated": sorted(r.broker_id for r in s.replicas if (s.cluster_name, r.broker_address) in isolated)}
+        for s in found}
 
 
 def water_history(broker_name: str, minutes: int = 15) -> list[dict]:
@@ -220,8 +227,6 @@ def brokers() -> list[dict]:
 
 
 def topics() -> list[dict]:
-    from nameserver import wire
-
     out = []
     for topic in sorted(ns.topics()):
         route = ns.topic_route(topic)

@@ -3,7 +3,9 @@
 A live broker is a member ``"<cluster>/<addr>"`` (the live table is keyed by cluster and address)
 with its timeout in hash ``ns:timeout`` and its deadline (last heartbeat + timeout, in Redis server
 milliseconds) in sorted set ``ns:deadline``. Using Redis's clock for every stamp and every check
-means several control-plane processes never disagree about who expired.
+means several control-plane processes never disagree about who expired. Each function that reads the
+clock takes ``now_ms``: None (the default) is Redis's clock; a value is that instant, so tests and
+replays judge expiry at a time of their choosing instead of sleeping.
 ``ns:conn`` maps a member to the Channels name of its websocket, for pushes and close handling.
 """
 
@@ -11,14 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from controlplane.redis import LUA_NOW_MS, LUA_RELEASE_IF_BOUND, async_client, key, sync_client
+from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
 
-# KEYS: timeout hash, deadline zset, conn hash. ARGV: member, channel, member, channel, ...
+# ARGV[1] of every script is the clock ('' for Redis's, see LUA_NOW_MS_OR_ARGV1).
+# KEYS: timeout hash, deadline zset, conn hash. ARGV: clock, member, channel, member, channel, ...
 # Refreshes each registered member and, when a channel is given, binds the member to that websocket.
 # Returns 1/0 per member (0: not registered; nothing is bound then).
-_HEARTBEAT = LUA_NOW_MS + """
+_HEARTBEAT = LUA_NOW_MS_OR_ARGV1 + """
 local out = {}
-for i = 1, #ARGV, 2 do
+for i = 2, #ARGV, 2 do
   local m, channel = ARGV[i], ARGV[i + 1]
   local timeout = redis.call('HGET', KEYS[1], m)
   if timeout then
@@ -32,19 +35,19 @@ end
 return out
 """
 
-# KEYS: timeout hash, deadline zset. ARGV: member, timeout ms.
-_MARK_REGISTERED = LUA_NOW_MS + """
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
+# KEYS: timeout hash, deadline zset. ARGV: clock, member, timeout ms.
+_MARK_REGISTERED = LUA_NOW_MS_OR_ARGV1 + """
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
 return now
 """
 
-# KEYS: deadline zset. Returns members whose deadline has passed.
-_EXPIRED = LUA_NOW_MS + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
+# KEYS: deadline zset. ARGV: clock. Returns members whose deadline has passed.
+_EXPIRED = LUA_NOW_MS_OR_ARGV1 + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
 
-# KEYS: deadline zset. ARGV: member. 1 when the member has no deadline or it has passed.
-_IS_EXPIRED = LUA_NOW_MS + """
-local d = redis.call('ZSCORE', KEYS[1], ARGV[1])
+# KEYS: deadline zset. ARGV: clock, member. 1 when the member has no deadline or it has passed.
+_IS_EXPIRED = LUA_NOW_MS_OR_ARGV1 + """
+local d = redis.call('ZSCORE', KEYS[1], ARGV[2])
 if (not d) or tonumber(d) < now then return 1 end
 return 0
 """
@@ -63,27 +66,28 @@ def _keys() -> tuple[str, str, str]:
     return key("ns", "timeout"), key("ns", "deadline"), key("ns", "conn")
 
 
-def mark_registered(cluster_name: str, broker_addr: str, timeout_millis: int) -> int:
-    """Start (or refresh) liveness at registration; returns Redis's clock in ms."""
+def mark_registered(cluster_name: str, broker_addr: str, timeout_millis: int, now_ms: int | None = None) -> int:
+    """Start (or refresh) liveness at registration; returns the clock reading it used, in ms."""
     t, d, _ = _keys()
-    return int(sync_client().eval(_MARK_REGISTERED, 2, t, d, member(cluster_name, broker_addr), timeout_millis))
+    return int(sync_client().eval(_MARK_REGISTERED, 2, t, d, clock_arg(now_ms), member(cluster_name, broker_addr),
+                                  timeout_millis))
 
 
-def heartbeat(members: Sequence[str]) -> list[bool]:
+def heartbeat(members: Sequence[str], now_ms: int | None = None) -> list[bool]:
     """Refresh liveness of registered members; False for a member the nameserver does not know."""
     if not members:
         return []
     args = [x for m in members for x in (m, "")]
-    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 3, *_keys(), *args)]
+    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 3, *_keys(), clock_arg(now_ms), *args)]
 
 
-async def heartbeat_async(beats: Sequence[tuple[str, str]]) -> list[bool]:
+async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None = None) -> list[bool]:
     """Heartbeats of (member, websocket channel or "") pairs in one round trip; a registered
     member with a channel is also bound to it (pushes and close handling find it there)."""
     if not beats:
         return []
     args = [x for pair in beats for x in pair]
-    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 3, *_keys(), *args)]
+    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 3, *_keys(), clock_arg(now_ms), *args)]
 
 
 def forget(members: Iterable[str]) -> None:
@@ -98,14 +102,14 @@ def forget(members: Iterable[str]) -> None:
     pipe.execute()
 
 
-def expired_members() -> list[str]:
+def expired_members(now_ms: int | None = None) -> list[str]:
     _, d, _ = _keys()
-    return list(sync_client().eval(_EXPIRED, 1, d))
+    return list(sync_client().eval(_EXPIRED, 1, d, clock_arg(now_ms)))
 
 
-def is_expired(value: str) -> bool:
+def is_expired(value: str, now_ms: int | None = None) -> bool:
     _, d, _ = _keys()
-    return bool(sync_client().eval(_IS_EXPIRED, 1, d, value))
+    return bool(sync_client().eval(_IS_EXPIRED, 1, d, clock_arg(now_ms), value))
 
 
 def last_heartbeats(members: Sequence[str]) -> dict[str, tuple[int, int] | None]:

@@ -13,6 +13,8 @@ from functools import partial
 from django.db import transaction
 from django.db.models import F
 
+from controlplane.isolation import is_isolated
+
 from . import liveness, notify, route_cache
 from .core import perm as P
 from .core.registry import RegisterOutcome, RegisterRequest, decide_register, decide_unregister
@@ -31,6 +33,7 @@ class RegisterResult:
     master_addr: str | None = None
     master_ha_addr: str | None = None
     conflicting_state_version: int | None = None
+    isolated: bool = False  # an operator isolated this broker: it takes no writes (controlplane.models.Isolation)
 
 
 def _after_commit(fn) -> None:
@@ -102,7 +105,12 @@ def register_broker(request: RegisterRequest) -> RegisterResult:
             _after_commit(route_cache.registry_changed)
         _tell(decision.notification)
     return RegisterResult(
-        decision.outcome, after, decision.master_addr, decision.master_ha_addr, decision.conflicting_state_version
+        decision.outcome,
+        after,
+        decision.master_addr,
+        decision.master_ha_addr,
+        decision.conflicting_state_version,
+        isolated=is_isolated(request.cluster_name, request.broker_addr),
     )
 
 
@@ -131,12 +139,13 @@ class UnregisterResult:
 
 
 def unregister_broker(
-    cluster_name: str, broker_addr: str, *, broker_name: str | None = None, only_if_expired: bool = False
+    cluster_name: str, broker_addr: str, *, broker_name: str | None = None, only_if_expired: bool = False,
+    now_ms: int | None = None,
 ) -> UnregisterResult | None:
     """``UNREGISTER_BROKER``, channel close and expiry (reference §3.4); None if not registered.
 
     ``only_if_expired`` re-checks liveness under the lock, so a scan never removes a broker whose
-    heartbeat arrived after the scan read the deadline index.
+    heartbeat arrived after the scan read the deadline index (at ``now_ms``: None is Redis's clock).
     """
     key = liveness.member(cluster_name, broker_addr)
     with transaction.atomic():
@@ -149,7 +158,7 @@ def unregister_broker(
                 _after_commit(partial(liveness.forget, [key]))
             return None
         row = BrokerGroup.objects.select_for_update().get(pk=found)
-        if only_if_expired and not liveness.is_expired(key):
+        if only_if_expired and not liveness.is_expired(key, now_ms):
             return None
         decision = decide_unregister(
             group_value(row), broker_addr, notify_min_broker_id_changed=current_config().notify_min_broker_id_changed
@@ -176,19 +185,20 @@ def record_heartbeat(cluster_name: str, broker_addr: str) -> bool:
     return liveness.heartbeat([liveness.member(cluster_name, broker_addr)])[0]
 
 
-def scan_not_active_brokers() -> list[UnregisterResult]:
+def scan_not_active_brokers(now_ms: int | None = None) -> list[UnregisterResult]:
     """``scanNotActiveBroker``: unregister every broker silent past its timeout.
 
     Run by Celery beat every second; the Redis slot makes it scan at most once per
-    ``scanNotActiveBrokerInterval`` however many beats and workers run.
+    ``scanNotActiveBrokerInterval`` however many beats and workers run. ``now_ms``: the instant
+    expiry is judged at (None: Redis's clock, see liveness).
     """
     if not liveness.acquire_scan_slot(current_config().scan_not_active_broker_interval):
         return []
     removed = []
-    for value in liveness.expired_members():
+    for value in liveness.expired_members(now_ms):
         cluster_name, addr = liveness.split_member(value)
         try:
-            result = unregister_broker(cluster_name, addr, only_if_expired=True)
+            result = unregister_broker(cluster_name, addr, only_if_expired=True, now_ms=now_ms)
         except Exception:
             log.exception("could not unregister expired broker %s", value)
             continue

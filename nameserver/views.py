@@ -84,7 +84,7 @@ def register_response(result: services.RegisterResult) -> dict:
             ResponseCode.SYSTEM_ERROR,
             "register broker failed: a single-topic registration needs a prior full registration",
         )
-    return _ok(masterAddr=result.master_addr, haServerAddr=result.master_ha_addr)
+    return _ok(masterAddr=result.master_addr, haServerAddr=result.master_ha_addr, isolated=result.isolated)
 
 
 class UnregisterBrokerView(APIView):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import perm as P
@@ -56,15 +56,23 @@ def pickup_route(
     return TopicRouteData(tuple(sorted(queue_datas, key=lambda q: q.broker_name)), tuple(broker_datas))
 
 
+def acting_master_id(broker_ids: Iterable[int], *, enable_acting_master: bool) -> int | None:
+    """The replica that stands in for the master of a set, or None: with acting master enabled, a set
+    without a master (id 0) is served by its smallest live slave id (the code says "minimum id", the
+    RIP says "brokerId 1"). The dashboard shows the same id."""
+    ids = set(broker_ids)
+    if not enable_acting_master or not ids or MASTER_ID in ids:
+        return None
+    return min(ids)
+
+
 def _substitute_acting_master(bd: BrokerData, topic_perm: int | None) -> BrokerData:
-    """A masterless set with acting master enabled and a read-only queue shows its smallest live
-    slave id as id 0 (the code says "minimum id", the RIP says "brokerId 1")."""
+    """A masterless set with acting master enabled and a read-only queue shows its acting master as
+    id 0."""
+    acting_id = acting_master_id(bd.broker_addrs, enable_acting_master=bd.enable_acting_master)
+    if acting_id is None or topic_perm is None or P.is_writeable(topic_perm):
+        return bd
     addrs = dict(bd.broker_addrs)
-    if not addrs or MASTER_ID in addrs or not bd.enable_acting_master:
-        return bd
-    if topic_perm is None or P.is_writeable(topic_perm):
-        return bd
-    acting_id = min(addrs)
     acting_addr = addrs.pop(acting_id)
     grpc = dict(bd.grpc_addrs)
     acting_grpc = grpc.pop(acting_id, None)

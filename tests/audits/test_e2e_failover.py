@@ -1,4 +1,4 @@
-"""End to end (issue #8): a replica group whose slave holds stale consumer offsets fails over; the
+"""End to end: a replica group whose slave holds stale consumer offsets fails over; the
 brokers report their commits over the websocket, an audit started through the REST API runs on
 Celery and Spark, and it reports that rollback: cause failover_stale_replica at the new epoch, the
 election's transition, and the number of messages that come again (which the new master then really
@@ -19,7 +19,8 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from audits import event_store
-from controlplane.models import ApiToken, Transition
+from controlplane.controller.models import Transition
+from controlplane.models import ApiToken
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_failover import group_views
 from tests.e2e.test_replication import Replica, send, stop_all

@@ -17,7 +17,7 @@ from tests.nameserver.test_websocket import call, connected
 
 from .helpers import batch, now_ms, wire
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 URL = "/api/v1/audits/offset-events"
 
 

@@ -16,14 +16,14 @@ import pytest
 from audits import services
 from audits.models import AuditRun, Finding, RunStatus
 from controlplane.audit import record
-from controlplane.launcher import free_port
 from spark_jobs import pg
 from spark_jobs.offset_audit import execute
+from testkit.ports import free_port
 
 from .helpers import now_ms, store
 from .test_job_synthetic import elect, synthetic_events
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 240

@@ -9,12 +9,12 @@ from django.contrib.auth.models import Group, User
 from playwright.sync_api import sync_playwright
 
 from audits.models import AuditRun
+from testkit import browser as browsers
 from tests.procs import ARTIFACTS, uvicorn_server
 
 from .test_runs import finished_run
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
-CHROMIUM = "/usr/bin/chromium"
 
 
 def test_the_results_page_draws_its_charts_and_starts_a_run_in_a_browser():
@@ -23,7 +23,7 @@ def test_the_results_page_draws_its_charts_and_starts_a_run_in_a_browser():
     user.groups.add(Group.objects.get_or_create(name="operators")[0])
     ARTIFACTS.mkdir(exist_ok=True)
     with uvicorn_server() as base, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        browser = browsers.launch(pw)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1800})
             external = []

@@ -17,7 +17,7 @@ from nameserver import settings_store
 from nameserver.core.registry import RegisterRequest
 from nameserver.core.values import DataVersion, TopicConfig
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 RW, READ_ONLY = 6, 4
 

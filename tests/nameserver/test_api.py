@@ -10,7 +10,7 @@ from nameserver.models import BrokerGroup, BrokerMember, TopicQueue
 
 from .helpers import NS, register_body
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 M, S1, S2 = "127.0.0.1:10911", "127.0.0.1:10921", "127.0.0.1:10931"
 
@@ -105,7 +105,7 @@ def test_a_cluster_bound_token_cannot_act_on_another_cluster():
 
 def test_register_stores_the_set_and_starts_liveness(api):
     body = ok(register(api, 0, M))
-    assert body == {"code": 0, "name": "SUCCESS", "masterAddr": None, "haServerAddr": None}
+    assert body == {"code": 0, "name": "SUCCESS", "masterAddr": None, "haServerAddr": None, "isolated": False}
     member = BrokerMember.objects.get(broker_addr=M)
     assert (member.broker_id, member.heartbeat_timeout_millis, member.ha_server_addr) == (0, 10_000, "127.0.0.1:10912")
     assert (member.group.cluster_name, member.group.broker_name, member.group.enable_acting_master) == ("c1", "b1", True)
@@ -115,7 +115,8 @@ def test_register_stores_the_set_and_starts_liveness(api):
 
 def test_a_slave_is_told_its_master(api):
     ok(register(api, 0, M))
-    assert ok(register(api, 1, S1)) == {"code": 0, "name": "SUCCESS", "masterAddr": M, "haServerAddr": "127.0.0.1:10912"}
+    assert ok(register(api, 1, S1)) == {"code": 0, "name": "SUCCESS", "masterAddr": M, "haServerAddr": "127.0.0.1:10912",
+                                        "isolated": False}
 
 
 def test_a_stale_master_is_refused_with_2000_and_loses_its_entry(api):

@@ -12,7 +12,7 @@ from nameserver.core.registry import RegisterOutcome, RegisterRequest
 from nameserver.core.values import DataVersion, TopicConfig
 from nameserver.models import BrokerGroup, BrokerMember, TopicQueue
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 THREADS = 20
 TOPICS = (TopicConfig("T1", 4, 4, 6), TopicConfig("T2", 4, 4, 6))

@@ -4,6 +4,8 @@ import pytest
 
 from nameserver.core.config import DEFAULTS, ConfigError, NamesrvConfig, validate_update
 
+pytestmark = pytest.mark.unit
+
 
 def test_defaults_are_rocketmqs():
     c = NamesrvConfig.from_overrides({})

@@ -21,6 +21,8 @@ from nameserver.core.values import (
     TopicConfig,
 )
 
+pytestmark = pytest.mark.unit
+
 A, B, C, D = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911", "10.0.0.4:10911"
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from nameserver.core.routes import pickup_route
+from nameserver.core.routes import acting_master_id, pickup_route
 from nameserver.core.values import Group, Member, QueueData
+
+pytestmark = pytest.mark.unit
 
 A, B, C = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"
 
@@ -59,3 +61,18 @@ def test_grpc_endpoints_follow_the_acting_master_substitution():
     group = Group("c1", "b1", "", True, (Member(1, B, grpc_addr="10.0.0.2:8081"), Member(2, C, grpc_addr="10.0.0.3:8081")))
     route = pickup_route("T", [QueueData("b1", 1, 1, 4)], {"b1": group}, support_acting_master=True)
     assert dict(route.broker_datas[0].grpc_addrs) == {0: "10.0.0.2:8081", 2: "10.0.0.3:8081"}
+
+
+@pytest.mark.parametrize(
+    "ids, enabled, expected",
+    [
+        pytest.param({1, 2}, True, 1, id="masterless-smallest-live-slave"),
+        pytest.param({3, 2}, True, 2, id="minimum-id-not-id-1"),
+        pytest.param({0, 1}, True, None, id="master-present"),
+        pytest.param({1, 2}, False, None, id="acting-master-disabled"),
+        pytest.param(set(), True, None, id="no-live-replica"),
+    ],
+)
+def test_acting_master_id(ids, enabled, expected):
+    # One rule for routes and for the dashboard (dashboards/selectors.py shows this id).
+    assert acting_master_id(ids, enable_acting_master=enabled) == expected

@@ -17,7 +17,7 @@ from nameserver import water_levels
 from .helpers import NS, register_body
 from .test_websocket import call, connected, run
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 M, S1, S2 = "127.0.0.1:10911", "127.0.0.1:10921", "127.0.0.1:10931"
 URL = f"{NS}/water-levels"
@@ -93,6 +93,44 @@ def test_water_levels_sent_over_the_socket_are_served_exactly_as_sent(broker_tok
     assert all(before <= t <= after for t in stamps)
     assert levels == [as_served(MASTER_LEVELS, M, stamps[0]), as_served(SLAVE_LEVELS, S1, stamps[1])]
     assert json.loads(client(read_token).get(URL, {"clusterName": "c1"}).content)["waterLevels"][0]["maxOffset"] == 2**62 + 1
+
+
+def test_water_levels_from_the_socket_are_announced_and_reach_a_dashboard_page(broker_token):
+    # The nameserver announces (nameserver.signals); the dashboard listens and pushes to its pages.
+    from channels.testing import WebsocketCommunicator
+    from django.contrib.auth.models import User
+
+    from dashboards.live import DashboardConsumer
+    from nameserver.signals import water_levels_reported
+
+    viewer = User.objects.create_user("watcher", password="x" * 12)
+    heard: list[list[dict]] = []
+
+    async def listener(sender, reports, **kwargs):
+        heard.append(reports)
+
+    water_levels_reported.connect(listener)
+    try:
+        async def scenario():
+            page = WebsocketCommunicator(DashboardConsumer.as_asgi(), "/ws/dashboard/")
+            page.scope["user"] = viewer
+            assert (await page.connect())[0]
+            await page.send_to(text_data=json.dumps({"subscribe": "b1"}))
+            assert json.loads(await page.receive_from(timeout=5))["type"] == "subscribed"
+            master = await connected(broker_token)
+            await call(master, "register", register_body(0, M))
+            assert (await call(master, "heartbeat", beat(M, MASTER_LEVELS)))["payload"] == {"registered": True}
+            update = json.loads(await page.receive_from(timeout=5))
+            await master.disconnect()
+            await page.disconnect()
+            return update
+
+        update = run(scenario)
+    finally:
+        water_levels_reported.disconnect(listener)
+    ((announced,),) = heard
+    assert announced == {**MASTER_LEVELS, "clusterName": "c1", "brokerAddr": M, "reportedAtMs": announced["reportedAtMs"]}
+    assert (update["kind"], update["brokerName"], update["data"]["reports"]) == ("water_levels", "b1", [announced])
 
 
 def test_a_heartbeat_without_water_levels_answers_as_before_and_stores_none(broker_token, read_token):

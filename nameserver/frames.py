@@ -1,0 +1,116 @@
+"""The nameserver's frames on the broker websocket (docs/websocket.md): register, heartbeat (with
+optional water levels), unregister; and, when a socket closes, the brokers it stood for are
+unregistered at once (RocketMQ's onChannelDestroy). Registered with ``controlplane.ws`` in
+``NameserverConfig.ready``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from channels.db import database_sync_to_async
+
+from controlplane import validation as v
+from controlplane import ws
+
+from . import liveness, services, water_levels
+from .core.water_levels import parse_water_levels
+from .serializers import RegisterBrokerSerializer, UnregisterSerializer
+from .signals import water_levels_reported
+from .views import register_response
+
+log = logging.getLogger(__name__)
+
+BOUND = "nameserver"  # this app's key for ``connection.bound``: "cluster/addr" members
+_IDENTITY = {"clusterName": v.name, "brokerAddr": v.addr}
+
+
+def _heartbeat(payload: dict) -> tuple[str, str, dict | None]:
+    """clusterName, brokerAddr and waterLevels (None if absent) of a heartbeat; every error at once."""
+    identity, errors = v.json_object(payload, _IDENTITY)
+    levels = payload.get("waterLevels")
+    if levels is not None:
+        try:
+            levels = parse_water_levels(levels, broker_name=payload.get("brokerName"))
+        except v.Invalid as exc:
+            errors["waterLevels"] = exc.fields
+    if errors:
+        raise v.Invalid(errors)
+    return identity["clusterName"], identity["brokerAddr"], levels
+
+
+async def _store_and_announce(reports: list[water_levels.WaterLevelReport]) -> list:
+    """Store a batch of reports, then announce them (the dashboard listens and throttles on its side)."""
+    await water_levels.store_async(reports)
+    now = int(time.time() * 1000)
+    wire = [{**r.water_levels, "clusterName": r.cluster_name, "brokerAddr": r.broker_addr, "reportedAtMs": now} for r in reports]
+    try:
+        await water_levels_reported.asend(sender=BOUND, reports=wire)
+    except Exception:  # a listener's failure is not the broker's: its heartbeat was stored
+        log.exception("a water_levels_reported receiver failed")
+    return [None] * len(reports)
+
+
+async def heartbeat(connection: ws.BrokerConsumer, payload: dict) -> dict:
+    cluster, addr, levels = _heartbeat(payload)
+    connection.check_cluster(cluster)
+    member = liveness.member(cluster, addr)
+    bound = connection.bound(BOUND)
+    first = member not in bound
+    beat = ws.coalescer("nameserver", liveness.heartbeat_async).submit((member, connection.channel_name if first else ""))
+    if levels is None:
+        registered = await beat
+    else:  # both batches in flight at once: water levels add no round trip to the reply's latency
+        report = water_levels.WaterLevelReport(cluster, addr, levels)
+        registered, _ = await asyncio.gather(beat, ws.coalescer("water_levels", _store_and_announce).submit(report))
+    if registered and first:
+        bound.add(member)
+    return {"registered": registered}
+
+
+async def register(connection: ws.BrokerConsumer, payload: dict) -> dict:
+    s = RegisterBrokerSerializer(data=payload)
+    s.is_valid(raise_exception=True)
+    connection.check_cluster(s.validated_data["clusterName"])
+    result = await database_sync_to_async(services.register_broker)(s.to_request())
+    reply = register_response(result)
+    member = liveness.member(s.validated_data["clusterName"], s.validated_data["brokerAddr"])
+    bound = connection.bound(BOUND)
+    if member not in bound:
+        await liveness.bind_connection(member, connection.channel_name)
+        bound.add(member)
+    return reply
+
+
+async def unregister(connection: ws.BrokerConsumer, payload: dict) -> dict:
+    s = UnregisterSerializer(data=payload)
+    s.is_valid(raise_exception=True)
+    d = s.validated_data
+    connection.check_cluster(d["clusterName"])
+    member = liveness.member(d["clusterName"], d["brokerAddr"])
+    bound = connection.bound(BOUND)
+    if member in bound:
+        bound.discard(member)
+        await liveness.release_connection(member, connection.channel_name)
+    unregister_broker = database_sync_to_async(services.unregister_broker)
+    result = await unregister_broker(d["clusterName"], d["brokerAddr"], broker_name=d.get("brokerName"))
+    return {"unregistered": result is not None}
+
+
+async def closed(connection: ws.BrokerConsumer) -> None:
+    """A broker whose socket closes is unregistered at once, unless it has meanwhile bound another."""
+    for member in list(connection.bound(BOUND)):
+        try:
+            if await liveness.release_connection(member, connection.channel_name):
+                cluster, addr = liveness.split_member(member)
+                await database_sync_to_async(services.unregister_broker)(cluster, addr)
+        except Exception:
+            log.exception("unregistering %s after its websocket closed failed", member)
+
+
+def register_frames() -> None:
+    ws.register("register", register)
+    ws.register("heartbeat", heartbeat)
+    ws.register("unregister", unregister)
+    ws.on_close(closed)
