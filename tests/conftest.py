@@ -1,4 +1,9 @@
-"""Shared fixtures. Postgres and Redis are real; a missing service fails the run loudly."""
+"""Shared fixtures, and the test tiers.
+
+Every test module chooses one tier with ``pytestmark`` (tests/tiers.py): ``unit`` tests touch no
+service; for the others Postgres and Redis are real, and a missing service fails the run loudly, but
+only when a selected test needs it.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +14,21 @@ from rest_framework.test import APIClient
 
 from controlplane.auth import forget_cached_tokens
 from controlplane.models import ApiToken, TokenScope
+from tests.tiers import pytest_collection_modifyitems  # noqa: F401  (the tier check: a hook by name)
 
 
 def pytest_sessionstart(session):
+    assert settings.REDIS_KEY_PREFIX.startswith("rmqha-test"), "tests must run with controlplane.settings_test"
+
+
+@pytest.fixture(scope="session")
+def redis_reachable() -> None:
+    """Checked once, by the first selected test that needs Redis."""
     try:
         redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
         pytest.exit(f"Redis at {settings.REDIS_URL} is not reachable ({exc}); run the tests with "
                     "`make test`, which starts an embedded one, or set REDIS_URL.", returncode=3)
-    assert settings.REDIS_KEY_PREFIX.startswith("rmqha-test"), "tests must run with controlplane.settings_test"
 
 
 def _clear_redis() -> None:
@@ -28,8 +39,12 @@ def _clear_redis() -> None:
 
 
 @pytest.fixture(autouse=True)
-def clean_state():
-    """Every test starts with empty liveness, channel-layer and Celery keys, and empty caches."""
+def clean_state(request):
+    """Every integration and e2e test starts with empty liveness, channel-layer and Celery keys, and
+    empty caches. Unit tests share neither services nor caches: nothing to clean."""
+    if request.node.get_closest_marker("unit") is not None:
+        yield
+        return
     from controlplane.controller import config_store
     from nameserver import route_cache, settings_store
 
@@ -39,6 +54,7 @@ def clean_state():
         settings_store.invalidate()
         config_store.invalidate()
 
+    request.getfixturevalue("redis_reachable")
     _clear_redis()
     clear_caches()
     yield
