@@ -1,10 +1,13 @@
 # Developer entry points. Everything runs from the checkout with .venv/bin/python; the launcher
-# (controlplane/launcher.py) starts embedded PostgreSQL/Redis when DATABASE_URL/REDIS_URL are unset.
+# (controlplane/launcher/) starts embedded PostgreSQL/Redis when DATABASE_URL/REDIS_URL are unset.
 #
 #   make demo                      # dashboard on http://127.0.0.1:8000/ (PORT=8001 make demo)
-#   make test                      # whole suite
+#   make test                      # whole suite (installs Debian's chromium for the browser tests if it can)
 #   make test PYTEST_ARGS="-k foo" # a subset
-#   make lint | make clean | make distclean
+#   make test-unit                 # the pure cores and codecs: no PostgreSQL, no Redis, seconds
+#   make doctor                    # each system requirement: found / installed / missing
+#   make lint                      # ruff, the import contracts (.importlinter), mypy
+#   make clean | make distclean
 
 SHELL := /bin/bash
 VENV := .venv
@@ -12,7 +15,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test services lint clean distclean
+.PHONY: venv demo test test-unit doctor services lint clean distclean
 
 venv: $(STAMP)
 
@@ -39,11 +42,24 @@ $(STAMP): pyproject.toml brokers/store/_codec.c
 	$(PY) -m pip install -e ".[test]"
 	@touch $(STAMP)
 
+# System pieces pip cannot install (controlplane/doctor.py): listed, installed when possible (Debian's
+# chromium, as root), or the run stops at once with one line saying what to install.
+doctor: venv
+	$(PY) -m controlplane.doctor --for test
+
 demo: venv
+	$(PY) -m controlplane.doctor --for demo
 	$(PY) -m controlplane.launcher demo
 
 test: venv
+	$(PY) -m controlplane.doctor --for test
 	$(PY) -m controlplane.launcher test $(PYTEST_ARGS)
+
+# The unit tier runs with PostgreSQL and Redis out of reach on purpose: a unit test that touches
+# either fails instead of passing on a machine that happens to have them.
+test-unit: venv
+	DJANGO_SETTINGS_MODULE=controlplane.settings_test DATABASE_URL=postgres://postgres@127.0.0.1:1/unreachable \
+	REDIS_URL=redis://127.0.0.1:1/0 $(PY) -m pytest -m unit -p no:cacheprovider $(PYTEST_ARGS)
 
 # Only PostgreSQL + Redis (embedded unless DATABASE_URL/REDIS_URL are set), until Ctrl-C.
 services: venv
@@ -52,6 +68,8 @@ services: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 # Caches and build leftovers only: the demo database and secrets in .data/ survive.
 clean:
