@@ -182,7 +182,7 @@ def run_spark(db_url: str, folder: Path, master: str, remote: tuple[str, Path] |
 # operator reset. Partitioned by the same 64-bit queue key the job sorts on (schema.queue_key), the
 # fair comparison; by the four names (the rule as the issue states it) Postgres sorts strings and is
 # several times slower: printed too.
-WINDOW_QUERY = "SELECT count(*), coalesce(sum(prev_offset - \"offset\"), 0) FROM ({steps}) found"
+WINDOW_QUERY = 'SELECT count(*), coalesce(sum(prev_offset - "offset"), 0) FROM ({steps}) found'
 BY_KEY, BY_NAMES = "queue_key", "consumer_group, topic, broker_name, queue_id"
 
 

@@ -41,30 +41,76 @@ def populate(groups: int) -> None:
     from nameserver import liveness, water_levels
     from nameserver.models import BrokerGroup, BrokerMember
 
-    rg = ReplicaGroup.objects.bulk_create([ReplicaGroup(cluster_name=f"c{i % 10}", broker_name=f"g{i:04d}", master_broker_id=1,
-                                                        master_epoch=1, sync_state_set_epoch=1, next_assign_broker_id=4)
-                                           for i in range(groups)])
-    Replica.objects.bulk_create([Replica(group=g, broker_id=b, broker_address=f"10.{i // 250}.{i % 250}.{b}:10911",
-                                         register_check_code="x;1", in_sync_state_set=b < 3)
-                                 for i, g in enumerate(rg) for b in (1, 2, 3)])
-    bg = BrokerGroup.objects.bulk_create([BrokerGroup(cluster_name=f"c{i % 10}", broker_name=f"g{i:04d}")
-                                          for i in range(groups)])
-    BrokerMember.objects.bulk_create([BrokerMember(group=g, broker_id=0 if b == 1 else b,
-                                                   broker_addr=f"10.{i // 250}.{i % 250}.{b}:10911",
-                                                   ha_server_addr=f"10.{i // 250}.{i % 250}.{b}:10912",
-                                                   heartbeat_timeout_millis=120_000)
-                                      for i, g in enumerate(bg) for b in (1, 2, 3)])
+    rg = ReplicaGroup.objects.bulk_create(
+        [
+            ReplicaGroup(
+                cluster_name=f"c{i % 10}",
+                broker_name=f"g{i:04d}",
+                master_broker_id=1,
+                master_epoch=1,
+                sync_state_set_epoch=1,
+                next_assign_broker_id=4,
+            )
+            for i in range(groups)
+        ]
+    )
+    Replica.objects.bulk_create(
+        [
+            Replica(
+                group=g,
+                broker_id=b,
+                broker_address=f"10.{i // 250}.{i % 250}.{b}:10911",
+                register_check_code="x;1",
+                in_sync_state_set=b < 3,
+            )
+            for i, g in enumerate(rg)
+            for b in (1, 2, 3)
+        ]
+    )
+    bg = BrokerGroup.objects.bulk_create([BrokerGroup(cluster_name=f"c{i % 10}", broker_name=f"g{i:04d}") for i in range(groups)])
+    BrokerMember.objects.bulk_create(
+        [
+            BrokerMember(
+                group=g,
+                broker_id=0 if b == 1 else b,
+                broker_addr=f"10.{i // 250}.{i % 250}.{b}:10911",
+                ha_server_addr=f"10.{i // 250}.{i % 250}.{b}:10912",
+                heartbeat_timeout_millis=120_000,
+            )
+            for i, g in enumerate(bg)
+            for b in (1, 2, 3)
+        ]
+    )
     for i in range(groups):
         for b in (1, 2, 3):
             liveness.mark_registered(f"c{i % 10}", f"10.{i // 250}.{i % 250}.{b}:10911", 120_000)
     reports = []
     for i in range(groups):
         base = {"brokerName": f"g{i:04d}", "masterEpoch": 1, "minOffset": 0, "confirmOffset": 10_000}
-        reports.append(water_levels.WaterLevelReport(f"c{i % 10}", f"10.{i // 250}.{i % 250}.1:10911", {
-            **base, "brokerId": 1, "role": "SYNC_MASTER", "maxOffset": 10_000,
-            "slaves": [{"brokerId": b, "addr": f"10.{i // 250}.{i % 250}.{b}:10912", "ackOffset": 10_000 - b,
-                        "lagBytes": b, "lastCaughtUpMs": 1, "transferBytesPerS": 0.0, "inSyncStateSet": b < 3}
-                       for b in (2, 3)]}))
+        reports.append(
+            water_levels.WaterLevelReport(
+                f"c{i % 10}",
+                f"10.{i // 250}.{i % 250}.1:10911",
+                {
+                    **base,
+                    "brokerId": 1,
+                    "role": "SYNC_MASTER",
+                    "maxOffset": 10_000,
+                    "slaves": [
+                        {
+                            "brokerId": b,
+                            "addr": f"10.{i // 250}.{i % 250}.{b}:10912",
+                            "ackOffset": 10_000 - b,
+                            "lagBytes": b,
+                            "lastCaughtUpMs": 1,
+                            "transferBytesPerS": 0.0,
+                            "inSyncStateSet": b < 3,
+                        }
+                        for b in (2, 3)
+                    ],
+                },
+            )
+        )
     water_levels.store(reports)
     del ctl_liveness
 
@@ -84,8 +130,10 @@ def render_overview(renders: int) -> float:
         r = client.get("/")
         times.append((time.perf_counter() - t0) * 1000)
         assert r.status_code == 200
-    log(f"    overview: {len(first.content) / 1e6:.1f} MB of HTML, median {statistics.median(times):.0f} ms, "
-        f"p90 {percentile(times, 90):.0f} ms over {renders} renders")
+    log(
+        f"    overview: {len(first.content) / 1e6:.1f} MB of HTML, median {statistics.median(times):.0f} ms, "
+        f"p90 {percentile(times, 90):.0f} ms over {renders} renders"
+    )
     return statistics.median(times)
 
 
@@ -110,25 +158,32 @@ def push_latency(env: dict, pushes: int) -> float:
     with server(env, port) as base:
         http = httpx.Client(base_url=base, timeout=10)
         http.get("/accounts/login/")
-        r = http.post("/accounts/login/", data={"username": "bench-operator", "password": "operator-pw-1",
-                                                "csrfmiddlewaretoken": http.cookies["csrftoken"]},
-                      headers={"Referer": f"{base}/accounts/login/"})
+        r = http.post(
+            "/accounts/login/",
+            data={"username": "bench-operator", "password": "operator-pw-1", "csrfmiddlewaretoken": http.cookies["csrftoken"]},
+            headers={"Referer": f"{base}/accounts/login/"},
+        )
         assert r.status_code in (200, 302), r.status_code
         http.get("/groups/g0000/elect-preview")
         cookies = "; ".join(f"{k}={v}" for k, v in http.cookies.items())
 
         async def run() -> list[float]:
             out = []
-            async with websockets.connect(f"ws://127.0.0.1:{port}/ws/dashboard/",
-                                          additional_headers={"Cookie": cookies, "Origin": base}) as ws:
+            async with websockets.connect(
+                f"ws://127.0.0.1:{port}/ws/dashboard/", additional_headers={"Cookie": cookies, "Origin": base}
+            ) as ws:
                 await ws.send(json.dumps({"subscribe": "g0000"}))
                 assert json.loads(await ws.recv())["type"] == "subscribed"
                 for k in range(pushes):
                     beat()
                     target = 2 if k % 2 == 0 else 1
                     t0 = time.perf_counter()
-                    resp = await asyncio.to_thread(http.post, "/groups/g0000/elect", json={"brokerId": target},
-                                                   headers={"X-CSRFToken": http.cookies["csrftoken"], "Referer": base})
+                    resp = await asyncio.to_thread(
+                        http.post,
+                        "/groups/g0000/elect",
+                        json={"brokerId": target},
+                        headers={"X-CSRFToken": http.cookies["csrftoken"], "Referer": base},
+                    )
                     assert resp.status_code == 200 and resp.json()["ok"], resp.text
                     while True:
                         msg = json.loads(await asyncio.wait_for(ws.recv(), 10))
@@ -136,9 +191,14 @@ def push_latency(env: dict, pushes: int) -> float:
                             break
                     out.append((time.perf_counter() - t0) * 1000)
                     after = resp.json()["after"]  # an election leaves {master}; put both back in sync
-                    await asyncio.to_thread(services.alter_sync_state_set, "g0000", master_broker_id=target,
-                                            master_epoch=after["masterEpoch"], new_sync_state_set={1, 2},
-                                            sync_state_set_epoch=after["syncStateSetEpoch"])
+                    await asyncio.to_thread(
+                        services.alter_sync_state_set,
+                        "g0000",
+                        master_broker_id=target,
+                        master_epoch=after["masterEpoch"],
+                        new_sync_state_set={1, 2},
+                        sync_state_set_epoch=after["syncStateSetEpoch"],
+                    )
             return out
 
         latencies = asyncio.run(run())

@@ -73,19 +73,28 @@ def addr(name: str, broker_id: int) -> str:
 def beat(name: str, broker_id: int):
     from controlplane.controller import liveness
 
-    return liveness.Beat(CLUSTER, name, broker_id, addr(name, broker_id), epoch=1, max_offset=1000 + broker_id,
-                         heartbeat_timeout_millis=TIMEOUT_MILLIS)
+    return liveness.Beat(
+        CLUSTER,
+        name,
+        broker_id,
+        addr(name, broker_id),
+        epoch=1,
+        max_offset=1000 + broker_id,
+        heartbeat_timeout_millis=TIMEOUT_MILLIS,
+    )
 
 
 # --- caller processes ------------------------------------------------------------------------------
+
 
 def setup_groups(names: list[str], replicas: int) -> None:
     from controlplane.controller import services
 
     for name in names:
         for broker_id in range(1, replicas + 1):
-            out = services.apply_broker_id(CLUSTER, name, broker_id, f"{addr(name, broker_id)};{broker_id}",
-                                           requested_by="bench-setup")
+            out = services.apply_broker_id(
+                CLUSTER, name, broker_id, f"{addr(name, broker_id)};{broker_id}", requested_by="bench-setup"
+            )
             assert out.ok, out
             services.heartbeat(beat(name, broker_id))
         assert services.elect_master(name, broker_id=1, requested_by="bench-setup").ok
@@ -124,13 +133,18 @@ def elect_loop(names: list[str], mode: str, seed: int, start: float, measure_fro
                 kind = "alter"
         t0 = time.perf_counter()
         if kind == "alter":
-            out = services.alter_sync_state_set(name, master_broker_id=state.master_broker_id,
-                                                master_epoch=state.master_epoch,
-                                                new_sync_state_set=set(state.replica_ids),
-                                                sync_state_set_epoch=state.sync_state_set_epoch, requested_by="bench")
+            out = services.alter_sync_state_set(
+                name,
+                master_broker_id=state.master_broker_id,
+                master_epoch=state.master_epoch,
+                new_sync_state_set=set(state.replica_ids),
+                sync_state_set_epoch=state.sync_state_set_epoch,
+                requested_by="bench",
+            )
         else:
-            out = services.elect_master(name, broker_id=rng.choice(pool), designate=True, trigger=Trigger.OPERATOR,
-                                        requested_by="bench")
+            out = services.elect_master(
+                name, broker_id=rng.choice(pool), designate=True, trigger=Trigger.OPERATOR, requested_by="bench"
+            )
         ms = (time.perf_counter() - t0) * 1000
         t_end = time.time()
         seen[name] = out.state
@@ -146,8 +160,14 @@ def elect_loop(names: list[str], mode: str, seed: int, start: float, measure_fro
             else:
                 refused_ms.append(ms)
     time.sleep(2 * 0.25)  # the dashboard's last batch (STATE_INTERVAL_S) is handed over before we count
-    return {"ok_ms": ok_ms, "refused_ms": refused_ms, "alter_ms": alter_ms, "counts": dict(counts),
-            "total_elect_ok": total_elect_ok, "dashboard_notes": change_notes.handed - handed_before}
+    return {
+        "ok_ms": ok_ms,
+        "refused_ms": refused_ms,
+        "alter_ms": alter_ms,
+        "counts": dict(counts),
+        "total_elect_ok": total_elect_ok,
+        "dashboard_notes": change_notes.handed - handed_before,
+    }
 
 
 def caller(conn) -> None:
@@ -200,6 +220,7 @@ def heartbeat_prober(conn, names: list[str], replicas: int, rate: float, measure
 
 # --- the parent --------------------------------------------------------------------------------------
 
+
 class Callers:
     def __init__(self, ctx, n: int):
         self.pipes, self.procs = [], []
@@ -228,8 +249,9 @@ class Callers:
             p.join(timeout=30)
 
 
-def phase(callers: Callers, per_caller: list[list[str]], mode: str, seconds: float, warmup: float,
-          prober: tuple | None = None) -> dict:
+def phase(
+    callers: Callers, per_caller: list[list[str]], mode: str, seconds: float, warmup: float, prober: tuple | None = None
+) -> dict:
     start = time.time() + 0.5
     measure_from = start + warmup
     stop = measure_from + seconds
@@ -237,11 +259,15 @@ def phase(callers: Callers, per_caller: list[list[str]], mode: str, seconds: flo
     if prober is not None:
         ctx, names, replicas, rate = prober
         parent_end, child_end = ctx.Pipe(duplex=False)
-        probe = ctx.Process(target=heartbeat_prober, args=(child_end, names, replicas, rate, measure_from, stop),
-                            daemon=True)
+        probe = ctx.Process(target=heartbeat_prober, args=(child_end, names, replicas, rate, measure_from, stop), daemon=True)
         probe.start()
-    results = callers.all("elect", [dict(names=names, mode=mode, seed=k, start=start, measure_from=measure_from,
-                                         stop=stop) for k, names in enumerate(per_caller)])
+    results = callers.all(
+        "elect",
+        [
+            dict(names=names, mode=mode, seed=k, start=start, measure_from=measure_from, stop=stop)
+            for k, names in enumerate(per_caller)
+        ],
+    )
     ok = [x for r in results for x in r["ok_ms"]]
     refused = [x for r in results for x in r["refused_ms"]]
     alters = [x for r in results for x in r["alter_ms"]]
@@ -275,8 +301,11 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--heartbeat-rate", type=float, default=200.0, help="controller heartbeats per second during (a)")
     p.add_argument("--mode", choices=["unclean", "clean"], default="unclean")
-    p.add_argument("--without-dashboard", action="store_true",
-                   help="callers do not subscribe the dashboard to the elections (to measure what its live updates cost)")
+    p.add_argument(
+        "--without-dashboard",
+        action="store_true",
+        help="callers do not subscribe the dashboard to the elections (to measure what its live updates cost)",
+    )
     args = p.parse_args()
 
     env = bench_env("elections")
@@ -298,27 +327,34 @@ def main() -> None:
         update_config({"enableElectUncleanMaster": True})
     ctx = multiprocessing.get_context("spawn")
     names = group_names(args.groups)
-    owned = [names[k::args.callers] for k in range(args.callers)]
+    owned = [names[k :: args.callers] for k in range(args.callers)]
     callers = Callers(ctx, args.callers)
     try:
         t0 = time.monotonic()
         setup = [dict(names=owned[k] + ([HOT] if k == 0 else []), replicas=args.replicas) for k in range(args.callers)]
         callers.all("setup", setup)
         base_epochs = ReplicaGroup.objects.aggregate(Sum("master_epoch"))["master_epoch__sum"]
-        log(f"{args.groups + 1} broker sets of {args.replicas} replicas ready in {time.monotonic() - t0:.1f} s; "
-            f"mode {args.mode}, {args.callers} caller processes, {args.seconds:.0f} s per phase")
+        log(
+            f"{args.groups + 1} broker sets of {args.replicas} replicas ready in {time.monotonic() - t0:.1f} s; "
+            f"mode {args.mode}, {args.callers} caller processes, {args.seconds:.0f} s per phase"
+        )
 
-        spread = phase(callers, owned, args.mode, args.seconds, args.warmup,
-                       prober=(ctx, names, args.replicas, args.heartbeat_rate))
+        spread = phase(
+            callers, owned, args.mode, args.seconds, args.warmup, prober=(ctx, names, args.replicas, args.heartbeat_rate)
+        )
         hb = spread.pop("heartbeat_ms")
-        log(f"(a) spread: {spread['elections_per_s']:.0f} elections/s, p50 {spread['p50_ms']:.1f} ms, "
+        log(
+            f"(a) spread: {spread['elections_per_s']:.0f} elections/s, p50 {spread['p50_ms']:.1f} ms, "
             f"p99 {spread['p99_ms']:.1f} ms; {spread['counts']}; "
-            f"{spread['dashboard_notes']} group changes handed to the dashboard")
+            f"{spread['dashboard_notes']} group changes handed to the dashboard"
+        )
         log(f"(c) heartbeats during (a): {len(hb)}, p50 {percentile(hb, 50):.2f} ms, p99 {percentile(hb, 99):.2f} ms")
         hot = phase(callers, [[HOT]] * args.callers, args.mode, args.seconds, args.warmup)
-        log(f"(b) hot: {hot['elections_per_s']:.0f} elections/s, p50 {hot['p50_ms']:.1f} ms, p99 {hot['p99_ms']:.1f} ms,"
+        log(
+            f"(b) hot: {hot['elections_per_s']:.0f} elections/s, p50 {hot['p50_ms']:.1f} ms, p99 {hot['p99_ms']:.1f} ms,"
             f" refused {hot['refused']} (p99 {hot['refused_p99_ms']:.1f} ms); {hot['counts']}; "
-            f"{hot['dashboard_notes']} group changes handed to the dashboard")
+            f"{hot['dashboard_notes']} group changes handed to the dashboard"
+        )
     finally:
         callers.close()
 
@@ -327,8 +363,7 @@ def main() -> None:
         log(f"violation: {v}")
     epochs = ReplicaGroup.objects.aggregate(Sum("master_epoch"))["master_epoch__sum"]
     elections = spread["total_elect_ok"] + hot["total_elect_ok"]
-    log(f"{elections} successful elections, masterEpoch moved by {epochs - base_epochs}; "
-        f"{len(violations)} invariant violations")
+    log(f"{elections} successful elections, masterEpoch moved by {epochs - base_epochs}; {len(violations)} invariant violations")
     clear_redis_prefix(env)
     result = {
         "spread_elections_per_s": round(spread["elections_per_s"], 1),

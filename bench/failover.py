@@ -49,15 +49,20 @@ def summary(kills: list[FaultRecord], stops: list[FaultRecord], report: Report) 
     rto = times(kills, "rto_s")
     d = report.delivery
     return {
-        "trials": len(kills), "stop_trials": len(stops),
-        "rto_median_s": median(rto), "rto_p99_s": round(percentile(rto, 99), 3) if rto else None,
+        "trials": len(kills),
+        "stop_trials": len(stops),
+        "rto_median_s": median(rto),
+        "rto_p99_s": round(percentile(rto, 99), 3) if rto else None,
         "rto_max_s": round(max(rto), 3) if rto else None,
-        "detect_median_s": median(times(kills, "detect_s")), "elect_median_s": median(times(kills, "elect_s")),
+        "detect_median_s": median(times(kills, "detect_s")),
+        "elect_median_s": median(times(kills, "elect_s")),
         "heal_median_s": median(times(kills, "heal_s")),
-        "lost_acked": len(d.lost) if d else None, "lost_acked_probes": d.lost_probes if d else None,
+        "lost_acked": len(d.lost) if d else None,
+        "lost_acked_probes": d.lost_probes if d else None,
         "acked": d.acked if d else None,
         "duplicates": d.duplicates if d else None,
-        "stop_rto_median_s": median(times(stops, "rto_s")), "stop_detect_median_s": median(times(stops, "detect_s")),
+        "stop_rto_median_s": median(times(stops, "rto_s")),
+        "stop_detect_median_s": median(times(stops, "detect_s")),
         "stop_deposed_master_acks": sum(r.stale_probe_codes.get("OK", 0) for r in stops),
         "failed_trials": sum(1 for r in kills + stops if r.problems or r.rto_s is None),
         "logs_identical": report.logs.identical if report.logs else None,
@@ -73,14 +78,23 @@ def main() -> int:
     p.add_argument("--rate", type=float, default=400.0)
     p.add_argument("--heartbeat-timeout-ms", type=int, default=3000)
     p.add_argument("--scan-interval-ms", type=int, default=1000)
-    p.add_argument("--stops-first", action="store_true",
-                   help="the SIGSTOP trials before the kill -9 ones (a broker once stopped keeps its websocket)")
+    p.add_argument(
+        "--stops-first",
+        action="store_true",
+        help="the SIGSTOP trials before the kill -9 ones (a broker once stopped keeps its websocket)",
+    )
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
 
-    config = ScenarioConfig("kill9", replicas=2, all_ack=True, heartbeat_interval_ms=1000,
-                            heartbeat_timeout_ms=args.heartbeat_timeout_ms, scan_interval_ms=args.scan_interval_ms,
-                            rate=args.rate)
+    config = ScenarioConfig(
+        "kill9",
+        replicas=2,
+        all_ack=True,
+        heartbeat_interval_ms=1000,
+        heartbeat_timeout_ms=args.heartbeat_timeout_ms,
+        scan_interval_ms=args.scan_interval_ms,
+        rate=args.rate,
+    )
     run_dir = ARTIFACTS / "chaos" / f"bench-failover-{time.strftime('%Y%m%d-%H%M%S')}"
     env = fresh_standalone_env("failover")
     settings: GroupSettings = config.group_settings()
@@ -104,12 +118,20 @@ def main() -> int:
                     record = fault.run()
                     records.append(record)
                     report.faults.append(record)
-                    print(f"{kind} trial {i + 1}/{count}: detect {record.detect_s}, elect {record.elect_s}, RTO "
-                          f"{record.rto_s}, heal {record.heal_s}, problems {record.problems}", file=sys.stderr, flush=True)
+                    print(
+                        f"{kind} trial {i + 1}/{count}: detect {record.detect_s}, elect {record.elect_s}, RTO "
+                        f"{record.rto_s}, heal {record.heal_s}, problems {record.problems}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     if record.problems:
-                        wait_until(lambda: h.master_node() is not None and all(h.in_sync(n) for n in h.nodes
-                                                                                if n is not h.master_node()),
-                                   60, "the group whole again after a failed trial")
+                        wait_until(
+                            lambda: (
+                                h.master_node() is not None and all(h.in_sync(n) for n in h.nodes if n is not h.master_node())
+                            ),
+                            60,
+                            "the group whole again after a failed trial",
+                        )
         except (RuntimeError, TimeoutError) as exc:  # the group did not come back: report what was measured
             report.problems.append(f"trials stopped: {exc}")
         time.sleep(SETTLE_S)

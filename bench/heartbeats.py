@@ -54,11 +54,18 @@ async def register_all(base: str, token: str, brokers: int) -> list[str]:
         sem = asyncio.Semaphore(8)
 
         async def one(i: int, addr: str) -> None:
-            body = {"clusterName": "bench", "brokerName": f"broker-{i // 2}", "brokerAddr": addr,
-                    "brokerId": i % 2, "heartbeatTimeoutMillis": 120_000, "enableActingMaster": True,
-                    "topicConfigWrapper": {"dataVersion": {"stateVersion": 1, "counter": 1},
-                                           "topicConfigTable": {"BenchTopic": {"readQueueNums": 8, "writeQueueNums": 8},
-                                                                  "BenchTopic2": {}}}}
+            body = {
+                "clusterName": "bench",
+                "brokerName": f"broker-{i // 2}",
+                "brokerAddr": addr,
+                "brokerId": i % 2,
+                "heartbeatTimeoutMillis": 120_000,
+                "enableActingMaster": True,
+                "topicConfigWrapper": {
+                    "dataVersion": {"stateVersion": 1, "counter": 1},
+                    "topicConfigTable": {"BenchTopic": {"readQueueNums": 8, "writeQueueNums": 8}, "BenchTopic2": {}},
+                },
+            }
             async with sem:
                 r = await client.post("/api/v1/nameserver/brokers/register", json=body)
                 r.raise_for_status()
@@ -67,14 +74,16 @@ async def register_all(base: str, token: str, brokers: int) -> list[str]:
     return addrs
 
 
-async def ws_phase(base: str, token: str, addrs: list[str], interval: float, seconds: float,
-                   route_rate: float) -> tuple[float, list[float], list[float], int]:
+async def ws_phase(
+    base: str, token: str, addrs: list[str], interval: float, seconds: float, route_rate: float
+) -> tuple[float, list[float], list[float], int]:
     ws_url = base.replace("http://", "ws://") + "/ws/broker/"
     headers = {"Authorization": f"Bearer {token}", "Origin": base}
     sockets = []
     for i in range(0, len(addrs), 100):
-        sockets += await asyncio.gather(*(websockets.connect(ws_url, additional_headers=headers, max_queue=None)
-                                          for _ in addrs[i:i + 100]))
+        sockets += await asyncio.gather(
+            *(websockets.connect(ws_url, additional_headers=headers, max_queue=None) for _ in addrs[i : i + 100])
+        )
     latencies: list[float] = []
     failures = 0
     start = time.monotonic() + 1.0
@@ -110,8 +119,9 @@ async def ws_phase(base: str, token: str, addrs: list[str], interval: float, sec
     ctx = multiprocessing.get_context("spawn")
     parent_end, child_end = ctx.Pipe(duplex=False)
     wall_offset = time.time() - time.monotonic()
-    prober = ctx.Process(target=route_prober, args=(base, token, measure_from + wall_offset, stop_at + wall_offset,
-                                                    route_rate, child_end))
+    prober = ctx.Process(
+        target=route_prober, args=(base, token, measure_from + wall_offset, stop_at + wall_offset, route_rate, child_end)
+    )
     prober.start()
 
     n = len(addrs)
@@ -126,23 +136,26 @@ async def ws_phase(base: str, token: str, addrs: list[str], interval: float, sec
 def route_prober(base: str, token: str, start_wall: float, stop_wall: float, rate: float, out) -> None:
     """GET /routes/BenchTopic at a steady rate between two wall-clock instants; sends the latencies."""
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
-        out.send(paced(lambda k: client.get("/api/v1/nameserver/routes/BenchTopic").raise_for_status(),
-                       start_wall, stop_wall, rate))
+        out.send(
+            paced(lambda k: client.get("/api/v1/nameserver/routes/BenchTopic").raise_for_status(), start_wall, stop_wall, rate)
+        )
 
 
 async def rest_phase(base: str, token: str, addrs: list[str], seconds: float, concurrency: int) -> float:
     count = 0
     stop_at = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30,
-                                 limits=limits) as client:
+    async with httpx.AsyncClient(
+        base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30, limits=limits
+    ) as client:
 
         async def loop(k: int) -> None:
             nonlocal count
             i = k
             while time.monotonic() < stop_at:
-                r = await client.post("/api/v1/nameserver/brokers/heartbeat",
-                                      json={"clusterName": "bench", "brokerAddr": addrs[i % len(addrs)]})
+                r = await client.post(
+                    "/api/v1/nameserver/brokers/heartbeat", json={"clusterName": "bench", "brokerAddr": addrs[i % len(addrs)]}
+                )
                 r.raise_for_status()
                 assert r.json()["registered"]
                 count += 1
@@ -159,8 +172,12 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--route-rate", type=float, default=50.0, help="route queries per second during the ws phase")
     p.add_argument("--rest-concurrency", type=int, default=16)
-    p.add_argument("--workers", type=int, default=int(os.environ.get("BENCH_WORKERS", "2")),
-                   help="uvicorn worker processes (the control plane is stateless)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("BENCH_WORKERS", "2")),
+        help="uvicorn worker processes (the control plane is stateless)",
+    )
     p.add_argument("--port", type=int, default=None, help="HTTP port (default: a reserved free one)")
     p.add_argument("--ws-impl", default="websockets-sansio", choices=["websockets", "websockets-sansio", "wsproto"])
     args = p.parse_args()
@@ -182,9 +199,12 @@ def main() -> None:
         offered = args.brokers / args.interval
         log(f"websocket phase: {args.brokers} sockets, {offered:.0f} heartbeats/s offered, {args.seconds:.0f} s")
         ws_rate, lat, route_lat, failures = asyncio.run(
-            ws_phase(base, token, addrs, args.interval, args.seconds, args.route_rate))
-        log(f"  {ws_rate:.0f} heartbeats/s, p50 {percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms, "
-            f"failures {failures}; routes p50 {percentile(route_lat, 50):.1f} ms p99 {percentile(route_lat, 99):.1f} ms")
+            ws_phase(base, token, addrs, args.interval, args.seconds, args.route_rate)
+        )
+        log(
+            f"  {ws_rate:.0f} heartbeats/s, p50 {percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms, "
+            f"failures {failures}; routes p50 {percentile(route_lat, 50):.1f} ms p99 {percentile(route_lat, 99):.1f} ms"
+        )
     clear_redis_prefix(env)
     result = {
         "ws_heartbeats_per_s": round(ws_rate, 1),

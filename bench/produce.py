@@ -50,8 +50,10 @@ async def fill(store: MessageStore, count: int, in_flight: int, batch: int) -> f
     """Send ``count`` messages in sends of ``batch`` messages (a batched SendMessage) from
     ``in_flight`` concurrent senders, each sending its next batch once the last one is acknowledged;
     returns seconds. The messages are built before the clock starts: this measures the store."""
-    sends = [[Message("Bench", i % 8, BODY, {"KEYS": str(i)}) for i in range(first, min(count, first + batch))]
-             for first in range(0, count, batch)]
+    sends = [
+        [Message("Bench", i % 8, BODY, {"KEYS": str(i)}) for i in range(first, min(count, first + batch))]
+        for first in range(0, count, batch)
+    ]
     sends.reverse()
     failures = 0
     status = attrgetter("status")
@@ -70,8 +72,7 @@ async def fill(store: MessageStore, count: int, in_flight: int, batch: int) -> f
     return elapsed
 
 
-async def store_phase(root: Path, flush: FlushDiskType, count: int, in_flight: int,
-                      batch: int) -> tuple[float, int, dict]:
+async def store_phase(root: Path, flush: FlushDiskType, count: int, in_flight: int, batch: int) -> tuple[float, int, dict]:
     store = MessageStore(StoreConfig(root, mapped_file_size_commit_log=SEGMENT, flush_disk_type=flush))
     await store.start()
     elapsed = await fill(store, count, in_flight, batch)
@@ -112,18 +113,31 @@ def grpc_phase(root: Path, count: int, batch: int, in_flight: int) -> float:
     TopicConfigManager(root / "config" / "topics.json").update(TopicConfig("Bench", 8, 8, 6))
     ports = BrokerPorts.reserve()
     port = ports.grpc
-    conf = write_broker_conf(root / "broker.conf", broker_keys("bench", root, ports, unreachable_control_plane(),
-                                                               mappedFileSizeCommitLog=SEGMENT))
+    conf = write_broker_conf(
+        root / "broker.conf", broker_keys("bench", root, ports, unreachable_control_plane(), mappedFileSizeCommitLog=SEGMENT)
+    )
     broker = broker_process("broker", conf, root / "broker.log", log_level="ERROR").start()
     try:
+
         async def run() -> float:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
                 await asyncio.wait_for(channel.channel_ready(), 30)
                 stub = rpc.MessagingServiceStub(channel)
-                requests = [spb.SendMessageRequest(messages=[
-                    pb.Message(topic=pb.Resource(name="Bench"), body=BODY, system_properties=pb.SystemProperties(
-                        message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL))
-                    for n in range(first, min(count, first + batch))]) for first in range(0, count, batch)]
+                requests = [
+                    spb.SendMessageRequest(
+                        messages=[
+                            pb.Message(
+                                topic=pb.Resource(name="Bench"),
+                                body=BODY,
+                                system_properties=pb.SystemProperties(
+                                    message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+                                ),
+                            )
+                            for n in range(first, min(count, first + batch))
+                        ]
+                    )
+                    for first in range(0, count, batch)
+                ]
                 sem = asyncio.Semaphore(in_flight)
 
                 async def send(req) -> None:
@@ -155,8 +169,9 @@ def main() -> None:
     base = Path(args.dir or tempfile.mkdtemp(prefix="rmq-produce-"))
     try:
         log(f"(a) ASYNC_FLUSH: {args.messages} x 1 KB in sends of {args.batch} into {base} ({codec.IMPLEMENTATION} codec)")
-        t, written, stats = asyncio.run(store_phase(base / "async", FlushDiskType.ASYNC_FLUSH, args.messages,
-                                                           args.senders, args.batch))
+        t, written, stats = asyncio.run(
+            store_phase(base / "async", FlushDiskType.ASYNC_FLUSH, args.messages, args.senders, args.batch)
+        )
         store_mb_s = written / t / 1e6
         log(f"    {store_mb_s:.0f} MB/s ({args.messages / t:.0f} msgs/s, {stats['batches']} batches)")
         shutil.rmtree(base / "async")
@@ -165,24 +180,29 @@ def main() -> None:
         log(f"    raw sequential write of the same {written / 1e6:.0f} MB: {raw_mb_s:.0f} MB/s")
         (base / "raw").unlink()
         log(f"(b) SYNC_FLUSH group commit: {args.sync_messages} x 1 KB, {args.senders} in flight")
-        st, _, sstats = asyncio.run(store_phase(base / "sync", FlushDiskType.SYNC_FLUSH, args.sync_messages,
-                                                      args.senders, 1))
+        st, _, sstats = asyncio.run(store_phase(base / "sync", FlushDiskType.SYNC_FLUSH, args.sync_messages, args.senders, 1))
         sync_rate = args.sync_messages / st
-        log(f"    {sync_rate:.0f} msgs/s, {sstats['fsyncs']} fsyncs ({args.sync_messages / max(1, sstats['fsyncs']):.0f} "
-            "messages per fsync)")
+        log(
+            f"    {sync_rate:.0f} msgs/s, {sstats['fsyncs']} fsyncs ({args.sync_messages / max(1, sstats['fsyncs']):.0f} "
+            "messages per fsync)"
+        )
         log(f"(c) gRPC: {args.grpc_messages} x 1 KB in SendMessage batches of {args.batch}, one client process")
         grpc_rate = grpc_phase(base / "grpc", args.grpc_messages, args.batch, args.grpc_in_flight)
         log(f"    {grpc_rate:.0f} msgs/s")
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
-    print(json.dumps({
-        "store_append_mb_s": round(store_mb_s, 1),
-        "raw_write_mb_s": round(raw_mb_s, 1),
-        "append_ratio": round(store_mb_s / raw_mb_s, 3),
-        "sync_flush_msgs_per_s": round(sync_rate, 1),
-        "grpc_msgs_per_s": round(grpc_rate, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "store_append_mb_s": round(store_mb_s, 1),
+                "raw_write_mb_s": round(raw_mb_s, 1),
+                "append_ratio": round(store_mb_s / raw_mb_s, 3),
+                "sync_flush_msgs_per_s": round(sync_rate, 1),
+                "grpc_msgs_per_s": round(grpc_rate, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -99,15 +99,25 @@ class BrokerProc:
             log(f"WARNING: {self.name} exited with code {code}:\n{self.log_tail()}")
 
 
-def start_broker(base: Path, name: str, role: str, broker_id: int = 0, master_ha_port: int | None = None,
-                 in_sync: int = 1, total: int = 1) -> BrokerProc:
+def start_broker(
+    base: Path, name: str, role: str, broker_id: int = 0, master_ha_port: int | None = None, in_sync: int = 1, total: int = 1
+) -> BrokerProc:
     root = base / name
     root.mkdir(parents=True)
     if role != "SLAVE":
         TopicConfigManager(root / "config" / "topics.json").update(TopicConfig(TOPIC, 8, 8, 6))
     ports = BrokerPorts.reserve()
-    keys = broker_keys("bench", root, ports, unreachable_control_plane(), brokerId=broker_id, brokerRole=role,
-                       mappedFileSizeCommitLog=SEGMENT, inSyncReplicas=in_sync, totalReplicas=total)
+    keys = broker_keys(
+        "bench",
+        root,
+        ports,
+        unreachable_control_plane(),
+        brokerId=broker_id,
+        brokerRole=role,
+        mappedFileSizeCommitLog=SEGMENT,
+        inSyncReplicas=in_sync,
+        totalReplicas=total,
+    )
     if master_ha_port is not None:
         keys["haMasterAddress"] = f"127.0.0.1:{master_ha_port}"
     conf = write_broker_conf(base / f"{name}.conf", keys, EXTRA_CONF)
@@ -172,10 +182,18 @@ def identical(master: BrokerProc, slave: BrokerProc) -> tuple[bool, str]:
 
 
 def make_request(first: int, count: int) -> spb.SendMessageRequest:
-    return spb.SendMessageRequest(messages=[
-        pb.Message(topic=pb.Resource(name=TOPIC), body=BODY, system_properties=pb.SystemProperties(
-            message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL))
-        for n in range(first, first + count)])
+    return spb.SendMessageRequest(
+        messages=[
+            pb.Message(
+                topic=pb.Resource(name=TOPIC),
+                body=BODY,
+                system_properties=pb.SystemProperties(
+                    message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+                ),
+            )
+            for n in range(first, first + count)
+        ]
+    )
 
 
 def check(resp: spb.SendMessageResponse, failures: dict[str, int]) -> bool:
@@ -192,8 +210,7 @@ async def warm_up(stub: rpc.MessagingServiceStub) -> None:
     await stub.SendMessage(make_request(1 << 100, 1), timeout=30)
 
 
-async def throughput(port: int, count: int, batch: int, in_flight: int, master: BrokerProc,
-                     slaves: list[BrokerProc]) -> dict:
+async def throughput(port: int, count: int, batch: int, in_flight: int, master: BrokerProc, slaves: list[BrokerProc]) -> dict:
     """Closed loop: ``in_flight`` senders, each sending its next request once the last one is
     answered; the clock stops at the last answer. Also notes how far the slaves were behind then
     and how long they took to catch up (what an ASYNC_MASTER's rate leaves for them to do)."""
@@ -220,8 +237,12 @@ async def throughput(port: int, count: int, batch: int, in_flight: int, master: 
             raise RuntimeError(f"sends failed: {failures}")
         caught = await asyncio.to_thread(wait_caught_up, master, slaves, SYNC_TIMEOUT_S)
         catch_up = time.perf_counter() - start - elapsed
-        return {"msgs_per_s": round(count / elapsed, 1), "seconds": round(elapsed, 2),
-                "slaves_behind_bytes_at_end": behind, "catch_up_s": round(catch_up, 2) if caught else None}
+        return {
+            "msgs_per_s": round(count / elapsed, 1),
+            "seconds": round(elapsed, 2),
+            "slaves_behind_bytes_at_end": behind,
+            "catch_up_s": round(catch_up, 2) if caught else None,
+        }
 
 
 class Sampler(threading.Thread):
@@ -247,8 +268,9 @@ class Sampler(threading.Thread):
                 next_at = time.perf_counter()
 
 
-async def lag_run(port: int, rate: float, seconds: float, batch: int, master: BrokerProc, slave: BrokerProc,
-                  sample_s: float) -> dict:
+async def lag_run(
+    port: int, rate: float, seconds: float, batch: int, master: BrokerProc, slave: BrokerProc, sample_s: float
+) -> dict:
     """Open loop: a send of ``batch`` messages every batch / rate seconds (a slow send does not delay
     the next), each answer noted as (time acked, master commit-log bytes then)."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -332,21 +354,27 @@ async def lag_run(port: int, rate: float, seconds: float, batch: int, master: Br
             write_lags.append(max(0.0, seen - t) * 1000)
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     return {
-        "sends": k, "offered_msgs_per_s": round(rate, 1), "achieved_msgs_per_s": round(k * batch / sent_for, 1),
-        "late_sends": late, "samples": len(samples), "sample_gap_p99_ms": round(percentile(gaps, 99) * 1000, 2),
-        "lag_samples": len(ack_lags), "missing": missing,
-        "lag_p50_ms": round(percentile(ack_lags, 50), 2), "lag_p99_ms": round(percentile(ack_lags, 99), 2),
+        "sends": k,
+        "offered_msgs_per_s": round(rate, 1),
+        "achieved_msgs_per_s": round(k * batch / sent_for, 1),
+        "late_sends": late,
+        "samples": len(samples),
+        "sample_gap_p99_ms": round(percentile(gaps, 99) * 1000, 2),
+        "lag_samples": len(ack_lags),
+        "missing": missing,
+        "lag_p50_ms": round(percentile(ack_lags, 50), 2),
+        "lag_p99_ms": round(percentile(ack_lags, 99), 2),
         "lag_max_ms": round(max(ack_lags, default=float("nan")), 2),
         "write_lag_p99_ms": round(percentile(write_lags, 99), 2),
-        "send_p50_ms": round(percentile(latencies, 50), 2), "send_p99_ms": round(percentile(latencies, 99), 2),
+        "send_p50_ms": round(percentile(latencies, 50), 2),
+        "send_p99_ms": round(percentile(latencies, 99), 2),
     }
 
 
 # --- phases ---------------------------------------------------------------------------------------------
 
 
-def run_phase(base: Path, label: str, role: str, slaves: int, in_sync: int, total: int, body,
-              keep: bool) -> tuple[dict, bool]:
+def run_phase(base: Path, label: str, role: str, slaves: int, in_sync: int, total: int, body, keep: bool) -> tuple[dict, bool]:
     """Start a master and its slaves in ``base``, run ``body(master, slaves)``, wait for the slaves to
     catch up, stop everything, and compare the commit logs; then remove ``base`` unless ``keep`` (so
     the next phase does not share the disk with the write-back of this one's files). Returns (body's
@@ -391,8 +419,13 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32, help="messages per SendMessage request")
     p.add_argument("--in-flight", type=int, default=16, help="SendMessage requests in flight in (a)-(c)")
     p.add_argument("--sample-ms", type=float, default=5.0, help="commit-log size sampling interval in (d)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="an extra broker.conf line for every broker (e.g. haTransferBatchSize=262144); repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra broker.conf line for every broker (e.g. haTransferBatchSize=262144); repeatable",
+    )
     p.add_argument("--dir", default=None, help="where to put the brokers' stores (default: a temporary folder, removed)")
     args = p.parse_args()
     tune_gc()  # as the broker process does (brokers/runtime.py)
@@ -407,12 +440,13 @@ def main() -> None:
         return asyncio.run(throughput(master.grpc_port, n, batch, in_flight, master, slaves))
 
     try:
-        log(f"(a) ASYNC_MASTER + 1 slave: {n} x 1 KB in SendMessage batches of {batch}, {in_flight} in flight, "
-            f"under {base}")
+        log(f"(a) ASYNC_MASTER + 1 slave: {n} x 1 KB in SendMessage batches of {batch}, {in_flight} in flight, under {base}")
         res_a, ok_a = run_phase(base / "a-async", "a", "ASYNC_MASTER", 1, 1, 1, closed_loop, keep)
         async_rate = res_a["msgs_per_s"]
-        log(f"    {async_rate:.0f} msgs/s; the slave was {res_a['slaves_behind_bytes_at_end'][0] / 1e6:.1f} MB behind at the "
-            f"end and caught up in {res_a['catch_up_s']} s")
+        log(
+            f"    {async_rate:.0f} msgs/s; the slave was {res_a['slaves_behind_bytes_at_end'][0] / 1e6:.1f} MB behind at the "
+            f"end and caught up in {res_a['catch_up_s']} s"
+        )
         log("(b) SYNC_MASTER inSyncReplicas=2 totalReplicas=2 + 1 slave")
         res_b, ok_b = run_phase(base / "b-sync2", "b", "SYNC_MASTER", 1, 2, 2, closed_loop, keep)
         sync2_rate = res_b["msgs_per_s"]
@@ -422,28 +456,35 @@ def main() -> None:
         sync3_rate = res_c["msgs_per_s"]
         log(f"    {sync3_rate:.0f} msgs/s")
         rate = async_rate / 2
-        log(f"(d) lag: ASYNC_MASTER + 1 slave, open loop at {rate:.0f} msgs/s (half of (a)) for {args.lag_seconds:g} s, "
-            f"sizes sampled every {args.sample_ms:g} ms")
+        log(
+            f"(d) lag: ASYNC_MASTER + 1 slave, open loop at {rate:.0f} msgs/s (half of (a)) for {args.lag_seconds:g} s, "
+            f"sizes sampled every {args.sample_ms:g} ms"
+        )
 
         def open_loop(master: BrokerProc, slaves: list[BrokerProc]) -> dict:
-            return asyncio.run(lag_run(master.grpc_port, rate, args.lag_seconds, batch, master, slaves[0],
-                                       args.sample_ms / 1000))
+            return asyncio.run(lag_run(master.grpc_port, rate, args.lag_seconds, batch, master, slaves[0], args.sample_ms / 1000))
 
         lag, ok_d = run_phase(base / "d-lag", "d", "ASYNC_MASTER", 1, 1, 1, open_loop, keep)
-        log(f"    lag p50 {lag['lag_p50_ms']} ms, p99 {lag['lag_p99_ms']} ms over {lag['lag_samples']} acks "
-            f"(achieved {lag['achieved_msgs_per_s']:.0f} msgs/s)")
+        log(
+            f"    lag p50 {lag['lag_p50_ms']} ms, p99 {lag['lag_p99_ms']} ms over {lag['lag_samples']} acks "
+            f"(achieved {lag['achieved_msgs_per_s']:.0f} msgs/s)"
+        )
         if not all((ok_a, ok_b, ok_c, ok_d)):
             log("WARNING: some slave commit logs were not byte-identical to their master's (see the detail lines)")
     finally:
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
-    print(json.dumps({
-        "async_msgs_per_s": round(async_rate, 1),
-        "sync2_msgs_per_s": round(sync2_rate, 1),
-        "sync3of2_msgs_per_s": round(sync3_rate, 1),
-        "sync_async_ratio": round(sync2_rate / async_rate, 3),
-        "lag_p99_ms": lag["lag_p99_ms"],
-    }))
+    print(
+        json.dumps(
+            {
+                "async_msgs_per_s": round(async_rate, 1),
+                "sync2_msgs_per_s": round(sync2_rate, 1),
+                "sync3of2_msgs_per_s": round(sync3_rate, 1),
+                "sync_async_ratio": round(sync2_rate / async_rate, 3),
+                "lag_p99_ms": lag["lag_p99_ms"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

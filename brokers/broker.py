@@ -69,14 +69,31 @@ class OffsetReporter:
 
     async def _send(self, sending: dict[tuple[str, str, int], tuple[int, str, int]]) -> None:
         c, ha, store = self.broker.config, self.broker.ha, self.broker.store
-        head = {"clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerId": ha.broker_id,
-                "role": ha.role.value, "masterEpoch": ha.epochs.last_epoch()}
+        head = {
+            "clusterName": c.brokerClusterName,
+            "brokerName": c.brokerName,
+            "brokerId": ha.broker_id,
+            "role": ha.role.value,
+            "masterEpoch": ha.epochs.last_epoch(),
+        }
         dv = self.broker.grpc_service.offsets.data_version
         head["dataVersion"] = {"stateVersion": dv.state_version, "counter": dv.counter, "timestamp": dv.timestamp}
-        events = [{"consumerGroup": g, "topic": t, "queueId": q, "offset": off, "source": src, "timestampMs": ms,
-                   "queueMaxOffset": store.max_queue_offset(t, q)} for (g, t, q), (off, src, ms) in sending.items()]
+        events = [
+            {
+                "consumerGroup": g,
+                "topic": t,
+                "queueId": q,
+                "offset": off,
+                "source": src,
+                "timestampMs": ms,
+                "queueMaxOffset": store.max_queue_offset(t, q),
+            }
+            for (g, t, q), (off, src, ms) in sending.items()
+        ]
         for start in range(0, len(events), OFFSET_REPORT_MAX_EVENTS):
-            await self.broker.nameserver.call("offset_events", {**head, "events": events[start:start + OFFSET_REPORT_MAX_EVENTS]})
+            await self.broker.nameserver.call(
+                "offset_events", {**head, "events": events[start : start + OFFSET_REPORT_MAX_EVENTS]}
+            )
 
 
 class Broker:
@@ -86,11 +103,17 @@ class Broker:
         # The one owner of "does this broker take sends": the HA service feeds it the role, the
         # replicas manager whether the controller assigned one, this class an operator's isolation.
         self.permission = WritePermission(BrokerRole(config.brokerRole), fenced=config.enableControllerMode)
-        self.store = MessageStore(StoreConfig(
-            root, mapped_file_size_commit_log=config.mappedFileSizeCommitLog,
-            flush_disk_type=FlushDiskType(config.flushDiskType), flush_interval_commit_log=config.flushIntervalCommitLog,
-            flush_commit_log_least_pages=config.flushCommitLogLeastPages,
-            flush_commit_log_thorough_interval=config.flushCommitLogThoroughInterval), self.permission)
+        self.store = MessageStore(
+            StoreConfig(
+                root,
+                mapped_file_size_commit_log=config.mappedFileSizeCommitLog,
+                flush_disk_type=FlushDiskType(config.flushDiskType),
+                flush_interval_commit_log=config.flushIntervalCommitLog,
+                flush_commit_log_least_pages=config.flushCommitLogLeastPages,
+                flush_commit_log_thorough_interval=config.flushCommitLogThoroughInterval,
+            ),
+            self.permission,
+        )
         # A slave publishes consume-queue entries only up to its master's confirm offset, from
         # recovery on (reference §2.6).
         self.store.follow_max = config.brokerRole != "SLAVE" and not config.enableControllerMode
@@ -103,8 +126,9 @@ class Broker:
         self.nameserver.water_levels = self.ha.water_levels
         self.nameserver.on_registered = self._on_registered
         self.nameserver.on_push["isolate"] = self._on_isolate
-        self.replicas = (ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics)
-                         if config.enableControllerMode else None)
+        self.replicas = (
+            ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics) if config.enableControllerMode else None
+        )
         self.grpc_server = None
         self.grpc_service = None
         self.offset_reporter = OffsetReporter(self)
@@ -112,9 +136,13 @@ class Broker:
 
     async def start(self) -> None:
         report = await self.store.start()
-        log.info("store recovered (%s codec): %d messages, max offset %d%s", codec.IMPLEMENTATION, report.messages,
-                 report.max_offset,
-                 f", cut {report.removed_bytes} torn bytes at {report.truncated_at}" if report.truncated_at is not None else "")
+        log.info(
+            "store recovered (%s codec): %d messages, max offset %d%s",
+            codec.IMPLEMENTATION,
+            report.messages,
+            report.max_offset,
+            f", cut {report.removed_bytes} torn bytes at {report.truncated_at}" if report.truncated_at is not None else "",
+        )
         await self.ha.start()
         offsets = ConsumerOffsets(Path(self.config.storePathRootDir) / "config" / "consumerOffset.json")
         self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, offsets)
@@ -166,8 +194,13 @@ class Broker:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         await self.start()
-        log.info("broker %s[%d] at %s in cluster %s is up", self.config.brokerName, self.config.brokerId,
-                 self.config.broker_addr, self.config.brokerClusterName)
+        log.info(
+            "broker %s[%d] at %s in cluster %s is up",
+            self.config.brokerName,
+            self.config.brokerId,
+            self.config.broker_addr,
+            self.config.brokerClusterName,
+        )
         await stop.wait()
         log.info("stopping")
         await self.stop()

@@ -205,8 +205,13 @@ def _check(c: BrokerConfig) -> list[str]:
         problems.append("controlPlaneToken: required (or controlPlaneTokenFile)")
     elif c.controlPlaneTokenFile and not c.controlPlaneToken and not Path(c.controlPlaneTokenFile).is_file():
         problems.append(f"controlPlaneTokenFile: {c.controlPlaneTokenFile} does not exist")
-    for key in ("brokerHeartbeatInterval", "registerNameServerPeriod", "brokerNotActiveTimeoutMillis",
-                "flushIntervalCommitLog", "flushCommitLogThoroughInterval"):
+    for key in (
+        "brokerHeartbeatInterval",
+        "registerNameServerPeriod",
+        "brokerNotActiveTimeoutMillis",
+        "flushIntervalCommitLog",
+        "flushCommitLogThoroughInterval",
+    ):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
     if c.flushCommitLogLeastPages < 0:

@@ -87,8 +87,9 @@ class PopState:
             q = self.queues[key] = QueueState(pop_offset=start, acked_below=start)
         return q
 
-    def pop(self, group: str, topic: str, queue_id: int, offsets: list[int], attempts: list[int],
-            invisible_ms: int) -> list[ReceiptHandle]:
+    def pop(
+        self, group: str, topic: str, queue_id: int, offsets: list[int], attempts: list[int], invisible_ms: int
+    ) -> list[ReceiptHandle]:
         q = self.queue(group, topic, queue_id)
         deadline = now_ms() + invisible_ms
         handles = []
@@ -131,8 +132,12 @@ class PopState:
     def expired(self) -> list[tuple[str, str, int, int, int]]:
         """(group, topic, queueId, offset, attempt) of every delivery whose invisible time passed."""
         t = now_ms()
-        return [(g, topic, qid, off, f.attempt) for (g, topic, qid), q in self.queues.items()
-                for off, f in q.in_flight.items() if f.deadline_ms <= t]
+        return [
+            (g, topic, qid, off, f.attempt)
+            for (g, topic, qid), q in self.queues.items()
+            for off, f in q.in_flight.items()
+            if f.deadline_ms <= t
+        ]
 
     def committed(self) -> dict[tuple[str, str, int], int]:
         return {k: q.acked_below for k, q in self.queues.items()}

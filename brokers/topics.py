@@ -53,8 +53,7 @@ class TopicConfigManager:
         self.persist()
 
     def persist(self) -> None:
-        body = {"topicConfigTable": {n: asdict(tc) for n, tc in sorted(self.topics.items())},
-                "dataVersion": self.wire_version()}
+        body = {"topicConfigTable": {n: asdict(tc) for n, tc in sorted(self.topics.items())}, "dataVersion": self.wire_version()}
         write_json_atomically(self.path, body)
 
     def wire_version(self) -> dict:
@@ -63,9 +62,10 @@ class TopicConfigManager:
 
     def wrapper(self) -> dict:
         """``TopicConfigSerializeWrapper`` for registration."""
-        return {"dataVersion": self.wire_version(),
-                "topicConfigTable": {n: {k: v for k, v in asdict(tc).items() if k != "topicName"}
-                                     for n, tc in self.topics.items()}}
+        return {
+            "dataVersion": self.wire_version(),
+            "topicConfigTable": {n: {k: v for k, v in asdict(tc).items() if k != "topicName"} for n, tc in self.topics.items()},
+        }
 
 
 def system_topics(cluster_name: str, broker_name: str) -> list[TopicConfig]:

@@ -23,8 +23,7 @@ class ReplicaInfo:
 class ControlPlaneApi:
     def __init__(self, base_url: str, admin_token: str):
         self.base_url = base_url
-        self._client = httpx.Client(base_url=base_url, timeout=TIMEOUT_S,
-                                    headers={"Authorization": f"Bearer {admin_token}"})
+        self._client = httpx.Client(base_url=base_url, timeout=TIMEOUT_S, headers={"Authorization": f"Bearer {admin_token}"})
 
     def close(self) -> None:
         self._client.close()
@@ -33,8 +32,10 @@ class ControlPlaneApi:
         return self._client.get(path, params=params or None)
 
     def create_topic(self, topic: str, broker_name: str, queues: int) -> None:
-        r = self._client.post("/api/v1/nameserver/topics", json={
-            "topicName": topic, "brokerNames": [broker_name], "readQueueNums": queues, "writeQueueNums": queues})
+        r = self._client.post(
+            "/api/v1/nameserver/topics",
+            json={"topicName": topic, "brokerNames": [broker_name], "readQueueNums": queues, "writeQueueNums": queues},
+        )
         r.raise_for_status()
 
     def route(self, topic: str) -> dict | None:
@@ -53,9 +54,14 @@ class ControlPlaneApi:
         if r.status_code != 200:
             return None
         body = r.json()
-        return ReplicaInfo(body.get("masterBrokerId"), body.get("masterAddress"), body.get("masterEpoch", 0),
-                           body.get("syncStateSetEpoch", 0), tuple(body.get("syncStateSet", ())),
-                           {int(k): v for k, v in body.get("brokerMemberGroup", {}).items()})
+        return ReplicaInfo(
+            body.get("masterBrokerId"),
+            body.get("masterAddress"),
+            body.get("masterEpoch", 0),
+            body.get("syncStateSetEpoch", 0),
+            tuple(body.get("syncStateSet", ())),
+            {int(k): v for k, v in body.get("brokerMemberGroup", {}).items()},
+        )
 
     def water_levels(self, cluster: str, broker_name: str | None = None) -> list[dict]:
         params = {"clusterName": cluster} | ({"brokerName": broker_name} if broker_name else {})

@@ -36,10 +36,15 @@ def check_delivery(acks: Mapping[str, Ack], uncertain: set[str], received: Itera
     lost = tuple(sorted(i for i in acks if i not in copies))
     dups = {i: n - 1 for i, n in copies.items() if n > 1}
     return Delivery(
-        acked=len(acks), consumed=len(copies), lost=lost, duplicates=sum(dups.values()),
+        acked=len(acks),
+        consumed=len(copies),
+        lost=lost,
+        duplicates=sum(dups.values()),
         duplicates_never_failed=sum(n for i, n in dups.items() if i not in uncertain),
         unacked_but_stored=sum(1 for i in copies if i not in acks),
-        lost_by_node=dict(Counter(acks[i].node for i in lost)), lost_probes=sum(1 for i in lost if acks[i].stale_probe))
+        lost_by_node=dict(Counter(acks[i].node for i in lost)),
+        lost_probes=sum(1 for i in lost if acks[i].stale_probe),
+    )
 
 
 # --- masters per epoch ----------------------------------------------------------------------------
@@ -47,8 +52,9 @@ def check_delivery(acks: Mapping[str, Ack], uncertain: set[str], received: Itera
 
 def elections(history: Iterable[Mapping]) -> list[Mapping]:
     """The successful elections of a controller history (oldest first)."""
-    return [t for t in history if t["kind"] == "elect" and t.get("responseCode", 0) == 0
-            and t.get("newMasterBrokerId") is not None]
+    return [
+        t for t in history if t["kind"] == "elect" and t.get("responseCode", 0) == 0 and t.get("newMasterBrokerId") is not None
+    ]
 
 
 def masters_per_epoch_in_history(history: Iterable[Mapping]) -> dict[int, set[int]]:
@@ -78,8 +84,7 @@ def epoch_file_conflicts(files: Mapping[str, list[EpochEntry]]) -> list[str]:
     for node, entries in files.items():
         for e in entries:
             starts[e.epoch][node] = e.start_offset
-    return [f"epoch {epoch} starts at {by_node}" for epoch, by_node in sorted(starts.items())
-            if len(set(by_node.values())) > 1]
+    return [f"epoch {epoch} starts at {by_node}" for epoch, by_node in sorted(starts.items()) if len(set(by_node.values())) > 1]
 
 
 # --- commit logs ----------------------------------------------------------------------------------
@@ -98,8 +103,9 @@ class LogComparison:
         return max(0, self.common_end - self.common_start)
 
 
-def compare_logs(spans: Mapping[str, tuple[int, int]], read: Callable[[str, int, int], bytes],
-                 chunk: int = 4 * 1024 * 1024) -> LogComparison:
+def compare_logs(
+    spans: Mapping[str, tuple[int, int]], read: Callable[[str, int, int], bytes], chunk: int = 4 * 1024 * 1024
+) -> LogComparison:
     """Compare every replica's commit log with the first one's over the range they all hold."""
     nodes = sorted(spans)
     start = max((spans[n][0] for n in nodes), default=0)
@@ -114,8 +120,9 @@ def compare_logs(spans: Mapping[str, tuple[int, int]], read: Callable[[str, int,
                 continue
             other = read(n, pos, hi)
             if other != reference:
-                at = next((k for k, (a, b) in enumerate(zip(reference, other, strict=False)) if a != b),
-                          min(len(reference), len(other)))
+                at = next(
+                    (k for k, (a, b) in enumerate(zip(reference, other, strict=False)) if a != b), min(len(reference), len(other))
+                )
                 first_diff[n] = pos + at
         pos = hi
     return LogComparison(dict(spans), start, end, not first_diff, first_diff)
@@ -133,4 +140,3 @@ def first_election_after(history: Iterable[Mapping], wall: float, old_master: in
         if wall_time(t["createdAt"]) >= wall and t["newMasterBrokerId"] != old_master:
             return t
     return None
-

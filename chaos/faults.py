@@ -98,8 +98,15 @@ class Fault:
     def _begin(self, node: BrokerNode, master: BrokerNode) -> FaultRecord:
         info = self.h.api.replica_info(GROUP) if self.h.controller_mode else None
         self.target = node
-        self.record = FaultRecord(self.kind, node.name, master.name, info.master_broker_id if info else 0,
-                                  info.master_epoch if info else 0, time.monotonic(), time.time())
+        self.record = FaultRecord(
+            self.kind,
+            node.name,
+            master.name,
+            info.master_broker_id if info else 0,
+            info.master_epoch if info else 0,
+            time.monotonic(),
+            time.time(),
+        )
         return self.record
 
     def _master(self) -> BrokerNode:
@@ -121,8 +128,11 @@ class Fault:
     def _wait_new_master_ack(self) -> None:
         r = self.record
         left = RECOVERY_TIMEOUT_S - (time.monotonic() - r.at)
-        wait_until(lambda: self.producer.first_ack_after(r.at, exclude_node=r.node), max(1.0, left),
-                   "an acknowledged write on a new master")
+        wait_until(
+            lambda: self.producer.first_ack_after(r.at, exclude_node=r.node),
+            max(1.0, left),
+            "an acknowledged write on a new master",
+        )
         ack = self.producer.first_ack_after(r.at, exclude_node=r.node)
         r.new_master, r.rto_s = ack.node, ack.at - r.at
         if r.detect_s is not None:
@@ -134,8 +144,11 @@ class Fault:
         if not h.controller_mode or r.detect_s is not None:
             return
         try:
-            wait_until(lambda: first_election_after(h.api.history(GROUP, 50), r.at_wall, r.old_master_id), timeout_s,
-                       "the election in the history")
+            wait_until(
+                lambda: first_election_after(h.api.history(GROUP, 50), r.at_wall, r.old_master_id),
+                timeout_s,
+                "the election in the history",
+            )
         except TimeoutError as exc:
             r.problems.append(str(exc))
             return
@@ -144,12 +157,17 @@ class Fault:
         r.detect_s = wall_time(t["createdAt"]) - r.at_wall
         if r.rto_s is not None:
             r.elect_s = r.rto_s - r.detect_s
-        h.note(f"election committed {r.detect_s:.3f} s after the fault: broker {r.new_master_id} master at epoch "
-               f"{r.new_epoch} (trigger {t['trigger']}, candidates {t.get('candidates')})")
+        h.note(
+            f"election committed {r.detect_s:.3f} s after the fault: broker {r.new_master_id} master at epoch "
+            f"{r.new_epoch} (trigger {t['trigger']}, candidates {t.get('candidates')})"
+        )
 
     def _longest_gap(self) -> float | None:
-        gaps = [(w.end or time.monotonic()) - w.start for w in self.producer.stats.windows
-                if (w.end or time.monotonic()) >= self.record.at]
+        gaps = [
+            (w.end or time.monotonic()) - w.start
+            for w in self.producer.stats.windows
+            if (w.end or time.monotonic()) >= self.record.at
+        ]
         return max(gaps, default=0.0)
 
     def heal(self) -> None:
@@ -171,8 +189,7 @@ class Kill9(Fault):
         master = self._master()
         self._begin(master, master)
         master.process.kill9()
-        self.h.note(f"kill -9 of the master {master.name} (broker {self.record.old_master_id}, "
-                    f"epoch {self.record.old_epoch})")
+        self.h.note(f"kill -9 of the master {master.name} (broker {self.record.old_master_id}, epoch {self.record.old_epoch})")
 
 
 class SigStop(Fault):
@@ -285,8 +302,26 @@ class CutHaLink(Fault):
             self.healed_at = time.monotonic()
         else:
             for _ in range(3):
-                out = subprocess.run(["ss", "-K", "-t", "state", "established", "(", "sport", "=", f":{master.ha_port}",
-                                      "or", "dport", "=", f":{master.ha_port}", ")"], capture_output=True, text=True)
+                out = subprocess.run(
+                    [
+                        "ss",
+                        "-K",
+                        "-t",
+                        "state",
+                        "established",
+                        "(",
+                        "sport",
+                        "=",
+                        f":{master.ha_port}",
+                        "or",
+                        "dport",
+                        "=",
+                        f":{master.ha_port}",
+                        ")",
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
                 self.h.note(f"destroyed the HA sockets of {master.name}: {max(0, len(out.stdout.splitlines()) - 1)} line(s)")
                 time.sleep(0.5)
             self.healed_at = time.monotonic()
@@ -308,17 +343,28 @@ class CutHaLink(Fault):
         r, h = self.record, self.h
         start_mono, start_wall = self.black_hole
         slave_id = h.broker_id(self.slave)
-        shrink = next((t for t in h.api.history(GROUP, 100) if t["kind"] == "alter" and t.get("responseCode", 0) == 0
-                       and wall_time(t["createdAt"]) >= start_wall and slave_id not in t["newSyncStateSet"]), None)
+        shrink = next(
+            (
+                t
+                for t in h.api.history(GROUP, 100)
+                if t["kind"] == "alter"
+                and t.get("responseCode", 0) == 0
+                and wall_time(t["createdAt"]) >= start_wall
+                and slave_id not in t["newSyncStateSet"]
+            ),
+            None,
+        )
         until = self.healed_at
         if shrink is not None:
             r.sync_state_set_shrunk_s = wall_time(shrink["createdAt"]) - start_wall
             until = min(until, start_mono + r.sync_state_set_shrunk_s)
         acks = self.producer.acks_snapshot().values()
         r.acks_while_member_cut = sum(1 for a in acks if start_mono + 0.5 < a.at < until and not a.stale_probe)
-        self.h.note(f"SyncStateSet dropped {self.slave.name} "
-                    + (f"{r.sync_state_set_shrunk_s:.2f} s into the black hole" if shrink else "never")
-                    + f"; {r.acks_while_member_cut} write(s) acknowledged meanwhile")
+        self.h.note(
+            f"SyncStateSet dropped {self.slave.name} "
+            + (f"{r.sync_state_set_shrunk_s:.2f} s into the black hole" if shrink else "never")
+            + f"; {r.acks_while_member_cut} write(s) acknowledged meanwhile"
+        )
 
     def heal(self) -> None:
         r = self.record

@@ -23,8 +23,9 @@ READY_TIMEOUT_S = 90.0
 
 
 class Harness:
-    def __init__(self, settings: GroupSettings, run_dir: Path, env: dict[str, str], *, scan_interval_ms: int = 1000,
-                 verbose: bool = True):
+    def __init__(
+        self, settings: GroupSettings, run_dir: Path, env: dict[str, str], *, scan_interval_ms: int = 1000, verbose: bool = True
+    ):
         self.settings = settings
         self.run_dir = run_dir
         self.env = env
@@ -70,8 +71,9 @@ class Harness:
         first, rest = self.nodes[0], self.nodes[1:]
         self._configure(first)
         first.process.start()
-        took = wait_until(lambda: self.master_node() is first and self._registered(first), READY_TIMEOUT_S,
-                          f"{first.name} as the first master")
+        took = wait_until(
+            lambda: self.master_node() is first and self._registered(first), READY_TIMEOUT_S, f"{first.name} as the first master"
+        )
         self.note(f"{first.name} is the master ({took:.2f} s after its start)")
         if before_slaves is not None:
             before_slaves(first)
@@ -81,8 +83,11 @@ class Harness:
         took = wait_until(lambda: all(self.in_sync(n) for n in rest), READY_TIMEOUT_S, "every slave in sync")
         self.note(f"{', '.join(n.name for n in rest)} in sync ({took:.2f} s after their start)")
         self.api.create_topic(TOPIC, GROUP, QUEUES)
-        wait_until(lambda: all(self.has_topic(n) for n in self.nodes) and self.route_ready(), READY_TIMEOUT_S,
-                   f"topic {TOPIC} on every replica and in the route")
+        wait_until(
+            lambda: all(self.has_topic(n) for n in self.nodes) and self.route_ready(),
+            READY_TIMEOUT_S,
+            f"topic {TOPIC} on every replica and in the route",
+        )
         self.monitor = Monitor(self.new_api(), CLUSTER, GROUP, self.controller_mode)
         self.monitor.start()
         self.note(f"group {GROUP} ready: {', '.join(self.describe(n) for n in self.nodes)}")
@@ -104,7 +109,8 @@ class Harness:
     def stop(self) -> None:
         """Everything this harness started, each by its own process id; safe to call twice."""
         steps = [(n.name, n.process.stop) for n in self.nodes] + [
-            (p.name, p.stop) for p in (self.controlplane.beat, self.controlplane.worker, self.controlplane.web)]
+            (p.name, p.stop) for p in (self.controlplane.beat, self.controlplane.worker, self.controlplane.web)
+        ]
         if self.monitor is not None:
             steps.insert(0, ("monitor", self.monitor.stop))
         for name, stop in steps:
@@ -136,7 +142,8 @@ class Harness:
             info = self.api.replica_info(GROUP)
             return self.node_by_addr(info.master_address) if info and info.master_broker_id is not None else None
         return self.node_by_grpc(self.api.master_grpc_addr_from_route(TOPIC, GROUP)) or (
-            self.nodes[0] if self.nodes[0].process.alive() else None)
+            self.nodes[0] if self.nodes[0].process.alive() else None
+        )
 
     def resolve(self, api: ControlPlaneApi, via: str = "controller") -> tuple[str, str] | None:
         """The producer's view: (node name, gRPC address) of the master, from the controller's

@@ -64,19 +64,32 @@ class BrokerNode:
     def ha_addr(self) -> str:
         return f"127.0.0.1:{self.ha_port}"
 
-    def configure(self, settings: GroupSettings, control_plane_url: str, token: str,
-                  master_ha_addr: str | None = None) -> None:
+    def configure(self, settings: GroupSettings, control_plane_url: str, token: str, master_ha_addr: str | None = None) -> None:
         s = settings
         lines = broker_keys(
-            GROUP, self.root, self.ports, control_plane_url, cluster=CLUSTER, token=token, brokerIP1="127.0.0.1",
-            mappedFileSizeCommitLog=s.segment_bytes, brokerHeartbeatInterval=s.heartbeat_interval_ms,
+            GROUP,
+            self.root,
+            self.ports,
+            control_plane_url,
+            cluster=CLUSTER,
+            token=token,
+            brokerIP1="127.0.0.1",
+            mappedFileSizeCommitLog=s.segment_bytes,
+            brokerHeartbeatInterval=s.heartbeat_interval_ms,
             brokerNotActiveTimeoutMillis=s.heartbeat_timeout_ms,
-            totalReplicas=s.replicas, inSyncReplicas=s.in_sync_replicas_key, minInSyncReplicas=1,
-            allAckInSyncStateSet=s.all_ack, haSendHeartbeatInterval=500, haHousekeepingInterval=3000,
+            totalReplicas=s.replicas,
+            inSyncReplicas=s.in_sync_replicas_key,
+            minInSyncReplicas=1,
+            allAckInSyncStateSet=s.all_ack,
+            haSendHeartbeatInterval=500,
+            haHousekeepingInterval=3000,
         )
         if s.mode == "controller":
-            lines |= {"enableControllerMode": True, "controllerHeartBeatTimeoutMills": s.heartbeat_timeout_ms,
-                      "brokerElectionPriority": self.index}
+            lines |= {
+                "enableControllerMode": True,
+                "controllerHeartBeatTimeoutMills": s.heartbeat_timeout_ms,
+                "brokerElectionPriority": self.index,
+            }
         elif self.index == 1:
             lines |= {"brokerId": 0, "brokerRole": "SYNC_MASTER"}
         else:

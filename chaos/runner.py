@@ -68,8 +68,15 @@ class ScenarioConfig:
     broker_conf: dict[str, str] = field(default_factory=dict)
 
     def group_settings(self) -> GroupSettings:
-        return GroupSettings(self.replicas, self.all_ack, self.in_sync_replicas, self.heartbeat_interval_ms,
-                             self.heartbeat_timeout_ms, mode=self.mode, extra=dict(self.broker_conf))
+        return GroupSettings(
+            self.replicas,
+            self.all_ack,
+            self.in_sync_replicas,
+            self.heartbeat_interval_ms,
+            self.heartbeat_timeout_ms,
+            mode=self.mode,
+            extra=dict(self.broker_conf),
+        )
 
 
 @dataclass
@@ -113,8 +120,10 @@ class Report:
                 out.append(f"{d.duplicates_never_failed} duplicate(s) of messages whose every send was acknowledged")
         for f in self.faults:
             if f.acks_while_member_cut and self.config.all_ack:
-                out.append(f"{f.acks_while_member_cut} write(s) acknowledged while the SyncStateSet member {f.node} "
-                           "was cut off (allAckInSyncStateSet promises every member has them)")
+                out.append(
+                    f"{f.acks_while_member_cut} write(s) acknowledged while the SyncStateSet member {f.node} "
+                    "was cut off (allAckInSyncStateSet promises every member has them)"
+                )
         if several(self.masters_in_history):
             out.append(f"two masters in one epoch in the controller history: {several(self.masters_in_history)}")
         if several(self.masters_reported):
@@ -135,16 +144,26 @@ class Report:
     def as_json(self) -> dict:
         c, d = self.config, self.delivery
         return {
-            "scenario": c.scenario, "ok": self.ok, "mode": c.mode, "replicas": c.replicas, "allAck": c.all_ack,
-            "inSyncReplicas": c.in_sync_replicas, "heartbeatTimeoutMs": c.heartbeat_timeout_ms, "resolve": c.resolve,
-            "seconds": round(self.seconds, 2), "runDir": str(self.run_dir),
-            "acked": d.acked if d else None, "consumed": d.consumed if d else None,
-            "lost": len(d.lost) if d else None, "lostProbes": d.lost_probes if d else None,
+            "scenario": c.scenario,
+            "ok": self.ok,
+            "mode": c.mode,
+            "replicas": c.replicas,
+            "allAck": c.all_ack,
+            "inSyncReplicas": c.in_sync_replicas,
+            "heartbeatTimeoutMs": c.heartbeat_timeout_ms,
+            "resolve": c.resolve,
+            "seconds": round(self.seconds, 2),
+            "runDir": str(self.run_dir),
+            "acked": d.acked if d else None,
+            "consumed": d.consumed if d else None,
+            "lost": len(d.lost) if d else None,
+            "lostProbes": d.lost_probes if d else None,
             "lostMustBeZero": self.loss_must_be_zero,
             "duplicates": d.duplicates if d else None,
             "duplicatesNeverFailed": d.duplicates_never_failed if d else None,
             "unackedButStored": d.unacked_but_stored if d else None,
-            "sendFailures": self.send_failures, "abandoned": self.abandoned,
+            "sendFailures": self.send_failures,
+            "abandoned": self.abandoned,
             "faults": [f.as_dict() for f in self.faults],
             "mastersPerEpoch": {str(k): v for k, v in self.masters_in_history.items()},
             "mastersReportedPerEpoch": {str(k): v for k, v in self.masters_reported.items()},
@@ -152,53 +171,73 @@ class Report:
             "logsIdentical": self.logs.identical if self.logs else None,
             "logsComparedBytes": self.logs.compared_bytes if self.logs else None,
             "logSpans": {k: list(v) for k, v in self.logs.spans.items()} if self.logs else None,
-            "epochConflicts": self.epoch_conflicts, "notes": self.notes, "failures": self.failures(),
+            "epochConflicts": self.epoch_conflicts,
+            "notes": self.notes,
+            "failures": self.failures(),
         }
 
     def human(self) -> str:
         c, d = self.config, self.delivery
-        lines = [f"chaos {c.scenario}: {'PASS' if self.ok else 'FAIL'} in {self.seconds:.1f} s — {c.mode} mode, "
-                 f"{c.replicas} replicas, allAckInSyncStateSet={str(c.all_ack).lower()}, inSyncReplicas="
-                 f"{c.in_sync_replicas}, heartbeat timeout {c.heartbeat_timeout_ms} ms, master found via {c.resolve}",
-                 f"  run folder: {self.run_dir} (logs/: uvicorn, celery, one per broker; brokers/<node>/: stores)"]
+        lines = [
+            f"chaos {c.scenario}: {'PASS' if self.ok else 'FAIL'} in {self.seconds:.1f} s — {c.mode} mode, "
+            f"{c.replicas} replicas, allAckInSyncStateSet={str(c.all_ack).lower()}, inSyncReplicas="
+            f"{c.in_sync_replicas}, heartbeat timeout {c.heartbeat_timeout_ms} ms, master found via {c.resolve}",
+            f"  run folder: {self.run_dir} (logs/: uvicorn, celery, one per broker; brokers/<node>/: stores)",
+        ]
         for f in self.faults:
             if f.node == f.old_master:
-                lines.append(f"  fault {f.kind} on the master {f.node} (broker {f.old_master_id}, epoch {f.old_epoch}) -> "
-                             f"master {f.new_master} (broker {f.new_master_id}, epoch {f.new_epoch})")
+                lines.append(
+                    f"  fault {f.kind} on the master {f.node} (broker {f.old_master_id}, epoch {f.old_epoch}) -> "
+                    f"master {f.new_master} (broker {f.new_master_id}, epoch {f.new_epoch})"
+                )
             else:
-                lines.append(f"  fault {f.kind} between the slave {f.node} and the master {f.old_master} (broker "
-                             f"{f.old_master_id}, epoch {f.old_epoch}); writes afterwards acknowledged by {f.new_master}")
-            lines.append(f"    detect {_s(f.detect_s)}, elect {_s(f.elect_s)}, RTO {_s(f.rto_s)}, longest write gap "
-                         f"{_s(f.longest_write_gap_s)}, healed (back in sync) in {_s(f.heal_s)}")
+                lines.append(
+                    f"  fault {f.kind} between the slave {f.node} and the master {f.old_master} (broker "
+                    f"{f.old_master_id}, epoch {f.old_epoch}); writes afterwards acknowledged by {f.new_master}"
+                )
+            lines.append(
+                f"    detect {_s(f.detect_s)}, elect {_s(f.elect_s)}, RTO {_s(f.rto_s)}, longest write gap "
+                f"{_s(f.longest_write_gap_s)}, healed (back in sync) in {_s(f.heal_s)}"
+            )
             if f.acks_while_member_cut is not None:
-                lines.append(f"    SyncStateSet dropped {f.node} after {_s(f.sync_state_set_shrunk_s)} of black hole; "
-                             f"{f.acks_while_member_cut} write(s) acknowledged before that")
+                lines.append(
+                    f"    SyncStateSet dropped {f.node} after {_s(f.sync_state_set_shrunk_s)} of black hole; "
+                    f"{f.acks_while_member_cut} write(s) acknowledged before that"
+                )
             if f.stale_probe_codes:
                 lines.append(f"    the deposed master answered direct sends with {f.stale_probe_codes}")
             lines += [f"    problem: {p}" for p in f.problems]
         if d is not None:
             lost_note = "must be 0" if self.loss_must_be_zero else "allowed by these settings, reported"
-            lines.append(f"  messages: {d.acked} acknowledged, {d.consumed} read back from {self.read_from}; "
-                         f"LOST {len(d.lost)} ({lost_note})"
-                         f"{f' by node {d.lost_by_node}, {d.lost_probes} of them probes' if d.lost else ''}; "
-                         f"duplicates {d.duplicates} ({d.duplicates_never_failed} of never-failed sends); "
-                         f"{d.unacked_but_stored} stored without an ack")
+            lines.append(
+                f"  messages: {d.acked} acknowledged, {d.consumed} read back from {self.read_from}; "
+                f"LOST {len(d.lost)} ({lost_note})"
+                f"{f' by node {d.lost_by_node}, {d.lost_probes} of them probes' if d.lost else ''}; "
+                f"duplicates {d.duplicates} ({d.duplicates_never_failed} of never-failed sends); "
+                f"{d.unacked_but_stored} stored without an ack"
+            )
             if d.lost:
                 lines.append(f"    first lost ids: {', '.join(d.lost[:5])}")
-        lines.append(f"  sends: {self.requests} requests acknowledged, failed attempts (messages) {self.send_failures}, "
-                     f"abandoned {self.abandoned}")
-        lines.append(f"  masters per epoch: controller history {self.masters_in_history}; brokers' own reports "
-                     f"{self.masters_reported}")
+        lines.append(
+            f"  sends: {self.requests} requests acknowledged, failed attempts (messages) {self.send_failures}, "
+            f"abandoned {self.abandoned}"
+        )
+        lines.append(
+            f"  masters per epoch: controller history {self.masters_in_history}; brokers' own reports {self.masters_reported}"
+        )
         if self.invariant_checker:
-            lines.append(f"  check_controller_invariants: exit {self.invariant_checker[0]}: "
-                         f"{self.invariant_checker[1].strip()}")
+            lines.append(f"  check_controller_invariants: exit {self.invariant_checker[0]}: {self.invariant_checker[1].strip()}")
         if self.logs is not None:
             lg = self.logs
-            lines.append(f"  commit logs: {'identical' if lg.identical else 'DIFFERENT'} over [{lg.common_start}, "
-                         f"{lg.common_end}) ({lg.compared_bytes} bytes); spans {lg.spans}"
-                         + (f"; first differences {lg.first_difference}" if lg.first_difference else ""))
-        lines.append(f"  epoch files: {self.epoch_files}" + (f"; CONFLICTS {self.epoch_conflicts}" if self.epoch_conflicts
-                                                               else "; consistent"))
+            lines.append(
+                f"  commit logs: {'identical' if lg.identical else 'DIFFERENT'} over [{lg.common_start}, "
+                f"{lg.common_end}) ({lg.compared_bytes} bytes); spans {lg.spans}"
+                + (f"; first differences {lg.first_difference}" if lg.first_difference else "")
+            )
+        lines.append(
+            f"  epoch files: {self.epoch_files}"
+            + (f"; CONFLICTS {self.epoch_conflicts}" if self.epoch_conflicts else "; consistent")
+        )
         lines.append(f"  brokers' exit codes at the clean stop: {self.broker_exit_codes}")
         lines += [f"  note: {n}" for n in self.notes]
         failures = self.failures()
@@ -214,8 +253,9 @@ def default_run_dir(scenario: str) -> Path:
     return ARTIFACTS / "chaos" / f"{scenario}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
-def make_fault(kind: str, h: Harness, producer: Producer, config: ScenarioConfig, proxy: FaultProxy | None,
-               slave: BrokerNode | None) -> Fault:
+def make_fault(
+    kind: str, h: Harness, producer: Producer, config: ScenarioConfig, proxy: FaultProxy | None, slave: BrokerNode | None
+) -> Fault:
     if kind == "kill9":
         return Kill9(h, producer)
     if kind == "sigstop":
@@ -251,8 +291,10 @@ def run(config: ScenarioConfig, env: dict[str, str] | None = None, verbose: bool
     try:
         h.start(before_slaves=proxy_in_front_of if config.scenario == "cut-ha-link" else None)
         if proxy is not None and proxy.connections_accepted == 0:
-            report.notes.append(f"{cut_slave.name} never connected through the fault proxy: its HA link cannot be "
-                                "proxied in this mode (the cut falls back to destroying the sockets, no black hole)")
+            report.notes.append(
+                f"{cut_slave.name} never connected through the fault proxy: its HA link cannot be "
+                "proxied in this mode (the cut falls back to destroying the sockets, no black hole)"
+            )
             proxy.stop()
             proxy = None
         resolver_api = h.new_api()
@@ -319,8 +361,9 @@ def drain_and_check(h: Harness, producer: Producer, report: Report) -> None:
     checker = h.controlplane.manage("check_controller_invariants", GROUP, check=False)
     report.invariant_checker = (checker.returncode, (checker.stdout + checker.stderr).strip())
     report.broker_exit_codes = h.stop_brokers()
-    report.logs = compare_logs({n.name: n.log_span() for n in h.nodes},
-                               lambda name, lo, hi: next(n for n in h.nodes if n.name == name).read_log(lo, hi))
+    report.logs = compare_logs(
+        {n.name: n.log_span() for n in h.nodes}, lambda name, lo, hi: next(n for n in h.nodes if n.name == name).read_log(lo, hi)
+    )
     files = {n.name: n.epoch_entries() for n in h.nodes}
     report.epoch_files = {k: v if isinstance(v, str) else [(e.epoch, e.start_offset) for e in v] for k, v in files.items()}
     report.epoch_conflicts = epoch_file_conflicts({k: v for k, v in files.items() if not isinstance(v, str)})
@@ -331,22 +374,36 @@ def parse_args(argv: list[str] | None) -> tuple[ScenarioConfig, argparse.Namespa
     p = argparse.ArgumentParser(prog="python -m chaos.runner", description=__doc__.split("\n\n")[0])
     p.add_argument("--scenario", required=True, choices=SCENARIOS)
     p.add_argument("--replicas", type=int, choices=(2, 3), default=2)
-    p.add_argument("--all-ack", action=argparse.BooleanOptionalAction, default=True,
-                   help="allAckInSyncStateSet (default on); --no-all-ack is availability-first")
+    p.add_argument(
+        "--all-ack",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="allAckInSyncStateSet (default on); --no-all-ack is availability-first",
+    )
     p.add_argument("--in-sync-replicas", type=int, default=1, help="inSyncReplicas (default 1)")
     p.add_argument("--seconds", type=float, default=12.0, help="produce at least this long (default 12)")
     p.add_argument("--rate", type=float, default=400.0, help="messages per second (default 400)")
     p.add_argument("--batch", type=int, default=8, help="messages per SendMessage (default 8)")
     p.add_argument("--heartbeat-interval-ms", type=int, default=1000, help="brokerHeartbeatInterval")
     p.add_argument("--heartbeat-timeout-ms", type=int, default=3000, help="controllerHeartBeatTimeoutMills")
-    p.add_argument("--scan-interval-ms", type=int, default=1000,
-                   help="the controller's scanNotActiveBrokerInterval / scanInactiveMasterInterval for the run")
-    p.add_argument("--controlplane-down-s", type=float, default=2.0,
-                   help="kill-with-controlplane: seconds uvicorn stays down (default 2)")
-    p.add_argument("--stop-seconds", type=float, help="sigstop: seconds the master stays stopped "
-                   "(default 1.5 x the heartbeat timeout)")
-    p.add_argument("--resolve", choices=("controller", "route"), default="controller",
-                   help="where the producer finds the master: replica info (default) or the topic route")
+    p.add_argument(
+        "--scan-interval-ms",
+        type=int,
+        default=1000,
+        help="the controller's scanNotActiveBrokerInterval / scanInactiveMasterInterval for the run",
+    )
+    p.add_argument(
+        "--controlplane-down-s", type=float, default=2.0, help="kill-with-controlplane: seconds uvicorn stays down (default 2)"
+    )
+    p.add_argument(
+        "--stop-seconds", type=float, help="sigstop: seconds the master stays stopped (default 1.5 x the heartbeat timeout)"
+    )
+    p.add_argument(
+        "--resolve",
+        choices=("controller", "route"),
+        default="controller",
+        help="where the producer finds the master: replica info (default) or the topic route",
+    )
     p.add_argument("--mode", choices=("controller", "classic"), default="controller")
     p.add_argument("--run-dir", type=Path)
     p.add_argument("--broker-conf", action="append", default=[], metavar="KEY=VALUE", help="an extra broker.conf line")
@@ -354,9 +411,24 @@ def parse_args(argv: list[str] | None) -> tuple[ScenarioConfig, argparse.Namespa
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     a = p.parse_args(argv)
     extra = dict(kv.split("=", 1) for kv in a.broker_conf)
-    return ScenarioConfig(a.scenario, a.replicas, a.all_ack, a.in_sync_replicas, a.seconds, a.rate, a.batch,
-                          a.heartbeat_interval_ms, a.heartbeat_timeout_ms, a.scan_interval_ms, a.controlplane_down_s,
-                          a.stop_seconds, a.resolve, a.mode, a.run_dir, extra), a
+    return ScenarioConfig(
+        a.scenario,
+        a.replicas,
+        a.all_ack,
+        a.in_sync_replicas,
+        a.seconds,
+        a.rate,
+        a.batch,
+        a.heartbeat_interval_ms,
+        a.heartbeat_timeout_ms,
+        a.scan_interval_ms,
+        a.controlplane_down_s,
+        a.stop_seconds,
+        a.resolve,
+        a.mode,
+        a.run_dir,
+        extra,
+    ), a
 
 
 def _terminate(signum, frame):  # SIGTERM: the same clean-up as Ctrl-C

@@ -17,8 +17,12 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
-CHANNEL_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
-                   ("grpc.max_reconnect_backoff_ms", 500), ("grpc.enable_retries", 0)]
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    ("grpc.enable_retries", 0),
+]
 RETRY_PAUSE_S = 0.05
 WATCH_S = 0.25  # a send slower than this re-resolves the master every WATCH_S while it waits
 
@@ -63,8 +67,13 @@ class ProducerStats:
 
 def message(topic: str, message_id: str, body_size: int) -> pb.Message:
     body = (message_id.encode() * (body_size // len(message_id) + 1))[:body_size]
-    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=pb.SystemProperties(
-        message_id=message_id, body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL))
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        body=body,
+        system_properties=pb.SystemProperties(
+            message_id=message_id, body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+        ),
+    )
 
 
 class Stubs:
@@ -88,8 +97,9 @@ class Stubs:
             self._channels.clear()
 
 
-def send_batch(stub: rpc.MessagingServiceStub, messages: list[pb.Message], timeout_s: float,
-               still_master: Callable[[], bool] | None = None) -> dict[str, tuple[int, int]]:
+def send_batch(
+    stub: rpc.MessagingServiceStub, messages: list[pb.Message], timeout_s: float, still_master: Callable[[], bool] | None = None
+) -> dict[str, tuple[int, int]]:
     """SendMessage; returns message id -> (gRPC Code, queue offset). Raises grpc.RpcError, or
     MasterChanged when ``still_master`` (asked every WATCH_S while the send waits) says no: a client
     that learns of a new master does not sit out its send timeout on a frozen one."""
@@ -124,8 +134,17 @@ class Producer(threading.Thread):
     name, gRPC address). A message not acknowledged is sent again, same id, after re-resolving: at
     least once, as a real client retries."""
 
-    def __init__(self, topic: str, resolve: Callable[[], tuple[str, str] | None], *, rate: float = 400,
-                 batch: int = 8, body_size: int = 512, send_timeout_s: float = 5.0, id_prefix: str = "C"):
+    def __init__(
+        self,
+        topic: str,
+        resolve: Callable[[], tuple[str, str] | None],
+        *,
+        rate: float = 400,
+        batch: int = 8,
+        body_size: int = 512,
+        send_timeout_s: float = 5.0,
+        id_prefix: str = "C",
+    ):
         super().__init__(name="chaos-producer", daemon=True)
         self.topic = topic
         self.resolve = resolve
@@ -168,7 +187,7 @@ class Producer(threading.Thread):
         """The first ack after ``t`` (time.monotonic()) by another broker than ``exclude_node``,
         probes of a deposed master aside."""
         with self._lock:
-            for a in self._in_order[bisect.bisect_right(self._in_order, t, key=lambda a: a.at):]:
+            for a in self._in_order[bisect.bisect_right(self._in_order, t, key=lambda a: a.at) :]:
                 if a.node != exclude_node and not a.stale_probe:
                     return a
         return None
@@ -206,8 +225,12 @@ class Producer(threading.Thread):
                     continue
             node, addr = self._target
             try:
-                results = send_batch(self.stubs.get(addr), [message(self.topic, i, self.body_size) for i in pending],
-                                     self.send_timeout_s, lambda: self.resolve() in (self._target, None))
+                results = send_batch(
+                    self.stubs.get(addr),
+                    [message(self.topic, i, self.body_size) for i in pending],
+                    self.send_timeout_s,
+                    lambda: self.resolve() in (self._target, None),
+                )
             except grpc.RpcError as exc:
                 self._failed(pending, f"RPC_{exc.code().name}", node)
                 continue
@@ -253,8 +276,7 @@ class Producer(threading.Thread):
         ids = self.new_ids(count)
         codes: Counter = Counter()
         try:
-            results = send_batch(self.stubs.get(addr), [message(self.topic, i, self.body_size) for i in ids],
-                                 self.send_timeout_s)
+            results = send_batch(self.stubs.get(addr), [message(self.topic, i, self.body_size) for i in ids], self.send_timeout_s)
         except grpc.RpcError as exc:
             codes[f"RPC_{exc.code().name}"] += count
             return dict(codes)
@@ -277,8 +299,9 @@ class Received:
     queue_offset: int
 
 
-def read_back(addr: str, topic: str, queues: int, group: str = "chaos-verify", idle_polls: int = 1,
-              timeout_s: float = 120.0) -> list[Received]:
+def read_back(
+    addr: str, topic: str, queues: int, group: str = "chaos-verify", idle_polls: int = 1, timeout_s: float = 120.0
+) -> list[Received]:
     """Every message of ``topic`` the broker at ``addr`` serves (up to its confirm offset), read with
     ReceiveMessage queue by queue and acknowledged; a queue is done after ``idle_polls`` empty polls."""
     out: list[Received] = []
@@ -292,9 +315,14 @@ def read_back(addr: str, topic: str, queues: int, group: str = "chaos-verify", i
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"reading {topic} back from {addr} took over {timeout_s:g} s")
                 req = spb.ReceiveMessageRequest(
-                    group=pb.Resource(name=group), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=qid),
-                    filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"), batch_size=1024,
-                    invisible_duration=Duration(seconds=600), long_polling_timeout=Duration(seconds=1), auto_renew=False)
+                    group=pb.Resource(name=group),
+                    message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=qid),
+                    filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"),
+                    batch_size=1024,
+                    invisible_duration=Duration(seconds=600),
+                    long_polling_timeout=Duration(seconds=1),
+                    auto_renew=False,
+                )
                 got = []
                 for resp in stub.ReceiveMessage(req, timeout=10):
                     if resp.HasField("message"):
@@ -306,10 +334,19 @@ def read_back(addr: str, topic: str, queues: int, group: str = "chaos-verify", i
                     continue
                 idle = 0
                 out += [Received(m.system_properties.message_id, qid, m.system_properties.queue_offset) for m in got]
-                ack = stub.AckMessage(spb.AckMessageRequest(
-                    group=pb.Resource(name=group), topic=pb.Resource(name=topic),
-                    entries=[spb.AckMessageEntry(message_id=m.system_properties.message_id,
-                                                receipt_handle=m.system_properties.receipt_handle) for m in got]), timeout=10)
+                ack = stub.AckMessage(
+                    spb.AckMessageRequest(
+                        group=pb.Resource(name=group),
+                        topic=pb.Resource(name=topic),
+                        entries=[
+                            spb.AckMessageEntry(
+                                message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle
+                            )
+                            for m in got
+                        ],
+                    ),
+                    timeout=10,
+                )
                 if ack.status.code != pb.Code.OK:
                     raise RuntimeError(f"AckMessage to {addr}: {code_name(ack.status.code)} {ack.status.message}")
     return out

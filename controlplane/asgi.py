@@ -19,10 +19,14 @@ application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter([
-                path("ws/broker/", BrokerConsumer.as_asgi()),
-                path("ws/dashboard/", DashboardConsumer.as_asgi()),  # session login; live page updates
-            ]))
+            AuthMiddlewareStack(
+                URLRouter(
+                    [
+                        path("ws/broker/", BrokerConsumer.as_asgi()),
+                        path("ws/dashboard/", DashboardConsumer.as_asgi()),  # session login; live page updates
+                    ]
+                )
+            )
         ),
     }
 )

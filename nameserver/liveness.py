@@ -19,7 +19,9 @@ from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_
 # KEYS: timeout hash, deadline zset, conn hash. ARGV: clock, member, channel, member, channel, ...
 # Refreshes each registered member and, when a channel is given, binds the member to that websocket.
 # Returns 1/0 per member (0: not registered; nothing is bound then).
-_HEARTBEAT = LUA_NOW_MS_OR_ARGV1 + """
+_HEARTBEAT = (
+    LUA_NOW_MS_OR_ARGV1
+    + """
 local out = {}
 for i = 2, #ARGV, 2 do
   local m, channel = ARGV[i], ARGV[i + 1]
@@ -34,23 +36,30 @@ for i = 2, #ARGV, 2 do
 end
 return out
 """
+)
 
 # KEYS: timeout hash, deadline zset. ARGV: clock, member, timeout ms.
-_MARK_REGISTERED = LUA_NOW_MS_OR_ARGV1 + """
+_MARK_REGISTERED = (
+    LUA_NOW_MS_OR_ARGV1
+    + """
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
 return now
 """
+)
 
 # KEYS: deadline zset. ARGV: clock. Returns members whose deadline has passed.
 _EXPIRED = LUA_NOW_MS_OR_ARGV1 + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
 
 # KEYS: deadline zset. ARGV: clock, member. 1 when the member has no deadline or it has passed.
-_IS_EXPIRED = LUA_NOW_MS_OR_ARGV1 + """
+_IS_EXPIRED = (
+    LUA_NOW_MS_OR_ARGV1
+    + """
 local d = redis.call('ZSCORE', KEYS[1], ARGV[2])
 if (not d) or tonumber(d) < now then return 1 end
 return 0
 """
+)
 
 
 def member(cluster_name: str, broker_addr: str) -> str:
@@ -69,8 +78,9 @@ def _keys() -> tuple[str, str, str]:
 def mark_registered(cluster_name: str, broker_addr: str, timeout_millis: int, now_ms: int | None = None) -> int:
     """Start (or refresh) liveness at registration; returns the clock reading it used, in ms."""
     t, d, _ = _keys()
-    return int(sync_client().eval(_MARK_REGISTERED, 2, t, d, clock_arg(now_ms), member(cluster_name, broker_addr),
-                                  timeout_millis))
+    return int(
+        sync_client().eval(_MARK_REGISTERED, 2, t, d, clock_arg(now_ms), member(cluster_name, broker_addr), timeout_millis)
+    )
 
 
 def heartbeat(members: Sequence[str], now_ms: int | None = None) -> list[bool]:

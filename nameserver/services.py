@@ -139,7 +139,11 @@ class UnregisterResult:
 
 
 def unregister_broker(
-    cluster_name: str, broker_addr: str, *, broker_name: str | None = None, only_if_expired: bool = False,
+    cluster_name: str,
+    broker_addr: str,
+    *,
+    broker_name: str | None = None,
+    only_if_expired: bool = False,
     now_ms: int | None = None,
 ) -> UnregisterResult | None:
     """``UNREGISTER_BROKER``, channel close and expiry (reference §3.4); None if not registered.
@@ -175,7 +179,11 @@ def unregister_broker(
         _tell(decision.notification)
     log.info("unregistered %s/%s[%s] at %s", cluster_name, row.broker_name, decision.removed.broker_id, broker_addr)
     return UnregisterResult(
-        cluster_name, row.broker_name, broker_addr, decision.removed.broker_id, decision.set_removed,
+        cluster_name,
+        row.broker_name,
+        broker_addr,
+        decision.removed.broker_id,
+        decision.set_removed,
         decision.wipe_write_perm,
     )
 

@@ -9,8 +9,7 @@ from .core.config import NamesrvConfig
 from .models import NamesrvConfigEntry
 
 # A config change can change routes (supportActingMaster): it bumps the registry version.
-_store: ConfigStore[NamesrvConfig] = ConfigStore(NamesrvConfigEntry, NamesrvConfig.from_overrides,
-                                                 route_cache.registry_changed)
+_store: ConfigStore[NamesrvConfig] = ConfigStore(NamesrvConfigEntry, NamesrvConfig.from_overrides, route_cache.registry_changed)
 
 current_config = _store.current
 invalidate = _store.invalidate

@@ -264,8 +264,11 @@ class WritePermView(APIView):
 
     @extend_schema(
         request=None,
-        responses={200: inline_serializer("PermChange", {"changedTopics": serializers.IntegerField()}), 404: ERROR,
-                   **COMMON_ERRORS},
+        responses={
+            200: inline_serializer("PermChange", {"changedTopics": serializers.IntegerField()}),
+            404: ERROR,
+            **COMMON_ERRORS,
+        },
         description="WIPE_WRITE_PERM_OF_BROKER (205) / ADD_WRITE_PERM_OF_BROKER (327) for every topic of a broker set.",
     )
     def post(self, request, broker_name: str):
@@ -276,8 +279,7 @@ class WritePermView(APIView):
         return Response(_ok(changedTopics=changed))
 
 
-@extend_schema_view(get=extend_schema(operation_id="getNamesrvConfig"),
-                    patch=extend_schema(operation_id="updateNamesrvConfig"))
+@extend_schema_view(get=extend_schema(operation_id="getNamesrvConfig"), patch=extend_schema(operation_id="updateNamesrvConfig"))
 class ConfigView(BaseConfigView):
     get_config = staticmethod(settings_store.current_config)
     update_config = staticmethod(settings_store.update_config)

@@ -29,7 +29,9 @@ class WaterLevelReport:
 
 # KEYS: record, index, record, index, ... ARGV: ttl ms, addr, report JSON, addr, report JSON, ...
 # Many reports in one round trip (the websocket coalesces its sockets' reports into one call).
-_STORE = LUA_NOW_MS + """
+_STORE = (
+    LUA_NOW_MS
+    + """
 local ttl = tonumber(ARGV[1])
 for i = 1, #KEYS, 2 do
   redis.call('HSET', KEYS[i], 'report', ARGV[i + 2], 'reportedAtMs', now)
@@ -40,10 +42,13 @@ for i = 1, #KEYS, 2 do
 end
 return now
 """
+)
 
 # KEYS: index. ARGV: ttl ms, record key prefix. Returns addr, report JSON, reportedAtMs, ... of the
 # records reported within the TTL that still exist.
-_READ = LUA_NOW_MS + """
+_READ = (
+    LUA_NOW_MS
+    + """
 local out = {}
 for _, addr in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf')) do
   local r = redis.call('HMGET', ARGV[2] .. addr, 'report', 'reportedAtMs')
@@ -55,6 +60,7 @@ for _, addr in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1
 end
 return out
 """
+)
 
 
 def record_key(cluster_name: str, broker_addr: str) -> str:

@@ -177,9 +177,7 @@ def explains(reset: LoggedReset, decrease: Decrease, slack_ms: int = RESET_SLACK
 def election_between(elections: Iterable[GroupElection], decrease: Decrease) -> Election | None:
     """The latest election of the queue's replica group with ``previous epoch < epoch <= current epoch``."""
     lo, hi = decrease.previous.master_epoch, decrease.current.master_epoch
-    inside = [
-        g.election for g in elections if g.broker_name == decrease.queue.broker_name and lo < g.election.master_epoch <= hi
-    ]
+    inside = [g.election for g in elections if g.broker_name == decrease.queue.broker_name and lo < g.election.master_epoch <= hi]
     return max(inside, key=lambda e: (e.master_epoch, e.transition_id), default=None)
 
 

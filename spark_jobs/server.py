@@ -69,10 +69,23 @@ def _warm_up_store(folder: Path) -> None:
         for q in range(200):
             for i, o in enumerate(offsets):
                 values = dict(
-                    queue_key=queue_key("warm-up", "t", "b", q), cluster_name="c", broker_name="b", broker_id=0,
-                    role="SYNC_MASTER", master_epoch=1, consumer_group="warm-up", topic="t", queue_id=q, offset=o,
-                    queue_max_offset=65, source="operator_reset" if o == 5 and q % 2 else "client_commit",
-                    ts_ms=t0 + i, dv_state_version=0, dv_counter=0, dv_timestamp=0, received_ms=0,
+                    queue_key=queue_key("warm-up", "t", "b", q),
+                    cluster_name="c",
+                    broker_name="b",
+                    broker_id=0,
+                    role="SYNC_MASTER",
+                    master_epoch=1,
+                    consumer_group="warm-up",
+                    topic="t",
+                    queue_id=q,
+                    offset=o,
+                    queue_max_offset=65,
+                    source="operator_reset" if o == 5 and q % 2 else "client_commit",
+                    ts_ms=t0 + i,
+                    dv_state_version=0,
+                    dv_counter=0,
+                    dv_timestamp=0,
+                    received_ms=0,
                 )
                 for n in names:
                     rows[n].append(values[n])

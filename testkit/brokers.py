@@ -29,11 +29,25 @@ class BrokerPorts:
         return {"listenPort": self.listen, "haListenPort": self.ha, "grpcServerPort": self.grpc}
 
 
-def broker_keys(name: str, root: Path, ports: BrokerPorts, control_plane_url: str, *, cluster: str = "DefaultCluster",
-                token: str | None = None, token_file: Path | None = None, **more: object) -> dict[str, object]:
+def broker_keys(
+    name: str,
+    root: Path,
+    ports: BrokerPorts,
+    control_plane_url: str,
+    *,
+    cluster: str = "DefaultCluster",
+    token: str | None = None,
+    token_file: Path | None = None,
+    **more: object,
+) -> dict[str, object]:
     """The keys every broker needs, then ``more`` (RocketMQ's names, e.g. ``brokerId=1``), in that order."""
-    keys: dict[str, object] = {"brokerClusterName": cluster, "brokerName": name, **ports.keys(),
-                               "storePathRootDir": root, "controlPlaneUrl": control_plane_url}
+    keys: dict[str, object] = {
+        "brokerClusterName": cluster,
+        "brokerName": name,
+        **ports.keys(),
+        "storePathRootDir": root,
+        "controlPlaneUrl": control_plane_url,
+    }
     if token_file is not None:
         keys["controlPlaneTokenFile"] = token_file
     else:
@@ -59,7 +73,8 @@ def broker_argv(conf: Path, log_level: str | None = None) -> list[str]:
     return python("-m", "brokers", "-c", str(conf)) + (["--log-level", log_level] if log_level else [])
 
 
-def broker_process(name: str, conf: Path, log_path: Path, env: dict[str, str] | None = None, *,
-                   log_level: str | None = None) -> Process:
+def broker_process(
+    name: str, conf: Path, log_path: Path, env: dict[str, str] | None = None, *, log_level: str | None = None
+) -> Process:
     """A broker as a (not yet started) :class:`Process`."""
     return Process(name, broker_argv(conf, log_level), log_path, env)

@@ -11,8 +11,15 @@ from typing import Any
 from controlplane.doctor import CHROMIUM
 
 # Without the background-networking flags Chromium keeps calling home, and this machine refuses that.
-ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run")
+ARGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+)
 
 
 def launch(pw: Any) -> Any:

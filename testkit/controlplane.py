@@ -19,11 +19,24 @@ CELERY_APP = "controlplane.celery"
 START_TIMEOUT_S = 60.0
 
 
-def uvicorn_argv(port: int, *, workers: int = 1, ws: str = "websockets-sansio", fast: bool = False,
-                 log_level: str | None = None) -> list[str]:
+def uvicorn_argv(
+    port: int, *, workers: int = 1, ws: str = "websockets-sansio", fast: bool = False, log_level: str | None = None
+) -> list[str]:
     """uvicorn serving the ASGI app on 127.0.0.1; ``fast``: uvloop + httptools (the demo, benchmarks)."""
-    argv = python("-m", "uvicorn", "controlplane.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-                  "--ws", ws, "--ws-per-message-deflate", "false", "--no-access-log")
+    argv = python(
+        "-m",
+        "uvicorn",
+        "controlplane.asgi:application",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ws",
+        ws,
+        "--ws-per-message-deflate",
+        "false",
+        "--no-access-log",
+    )
     if workers != 1:
         argv += ["--workers", str(workers)]
     if fast:
@@ -56,8 +69,9 @@ class ControlPlane:
         self.url = f"http://127.0.0.1:{self.port}"
         self.beat_schedule = log_dir / f"celerybeat-schedule{tag}"
         self.web = Process("uvicorn", uvicorn_argv(self.port), log_dir / f"uvicorn{tag}.log", env)
-        self.worker = Process("celery-worker", celery_worker_argv(), log_dir / f"celery-worker{tag}.log", env,
-                              term_leader_only=True)
+        self.worker = Process(
+            "celery-worker", celery_worker_argv(), log_dir / f"celery-worker{tag}.log", env, term_leader_only=True
+        )
         self.beat = Process("celery-beat", celery_beat_argv(self.beat_schedule), log_dir / f"celery-beat{tag}.log", env)
 
     @property
@@ -76,8 +90,12 @@ class ControlPlane:
     def start_celery(self, timeout_s: float = START_TIMEOUT_S) -> None:
         self.worker.start()
         self.beat.start()
-        wait_until(lambda: self.beat.check_alive() and self.worker.check_alive() and "ready" in self.worker.log_tail(400),
-                   timeout_s, "the Celery worker ready", interval_s=0.2)
+        wait_until(
+            lambda: self.beat.check_alive() and self.worker.check_alive() and "ready" in self.worker.log_tail(400),
+            timeout_s,
+            "the Celery worker ready",
+            interval_s=0.2,
+        )
 
     def stop(self) -> None:
         stop_all([self.beat, self.worker, self.web])
@@ -86,16 +104,18 @@ class ControlPlane:
 
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         """``manage.py`` against the control plane's database."""
-        return subprocess.run(python("manage.py", *args), cwd=ROOT, env=self.env, capture_output=True, text=True,
-                              check=check, timeout=120)
+        return subprocess.run(
+            python("manage.py", *args), cwd=ROOT, env=self.env, capture_output=True, text=True, check=check, timeout=120
+        )
 
     def issue_token(self, name: str, scope: str) -> str:
         return self.manage("create_api_token", "--name", name, "--scope", scope).stdout.strip().splitlines()[-1]
 
 
 @contextmanager
-def running_web(env: dict[str, str], log_dir: Path, *, port: int | None = None, timeout_s: float = START_TIMEOUT_S,
-                **uvicorn_options) -> Iterator[str]:
+def running_web(
+    env: dict[str, str], log_dir: Path, *, port: int | None = None, timeout_s: float = START_TIMEOUT_S, **uvicorn_options
+) -> Iterator[str]:
     """uvicorn on a reserved port until the block ends; yields its base URL. ``uvicorn_options``: see uvicorn_argv."""
     port = port or free_port()
     web = Process("uvicorn", uvicorn_argv(port, **uvicorn_options), log_dir / f"uvicorn-{port}-{os.getpid()}.log", env)

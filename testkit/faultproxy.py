@@ -127,8 +127,7 @@ class FaultProxy:
             raise RuntimeError("FaultProxy already started")
         loop = asyncio.new_event_loop()
         self._loop = loop
-        self._thread = threading.Thread(target=self._run_loop, name=f"FaultProxy->{self.target[0]}:{self.target[1]}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run_loop, name=f"FaultProxy->{self.target[0]}:{self.target[1]}", daemon=True)
         self._thread.start()
         try:
             self._call(self._start())
@@ -193,8 +192,7 @@ class FaultProxy:
             raise
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self._requested_port,
-                                                  limit=self.chunk_size)
+        self._server = await asyncio.start_server(self._handle, self.host, self._requested_port, limit=self.chunk_size)
         self._port = self._server.sockets[0].getsockname()[1]
 
     async def _shutdown(self) -> None:

@@ -36,8 +36,13 @@ def python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, interval_s: float = 0.05,
-               tolerate: tuple[type[BaseException], ...] = (httpx.HTTPError, OSError, ValueError, KeyError)) -> float:
+def wait_until(
+    predicate: Callable[[], object],
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.05,
+    tolerate: tuple[type[BaseException], ...] = (httpx.HTTPError, OSError, ValueError, KeyError),
+) -> float:
     """Poll ``predicate`` until truthy; return the seconds it took, or raise TimeoutError naming ``what``.
 
     Exceptions of the ``tolerate`` types count as "not yet" (a component restarting); others, such as
@@ -107,8 +112,17 @@ class Process:
     use it, since it runs code between fork and exec).
     """
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, *,
-                 cwd: Path = ROOT, term_leader_only: bool = False, die_with_parent: bool = False):
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        *,
+        cwd: Path = ROOT,
+        term_leader_only: bool = False,
+        die_with_parent: bool = False,
+    ):
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
@@ -131,9 +145,16 @@ class Process:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             log.write(f"\n===== {self.name} start #{self.starts + 1} at {stamp}: {' '.join(self.argv)}\n".encode())
             log.flush()
-            self.popen = subprocess.Popen(self.argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=_die_with(os.getpid()) if self.die_with_parent else None)
+            self.popen = subprocess.Popen(
+                self.argv,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with(os.getpid()) if self.die_with_parent else None,
+            )
         self.starts += 1
         self._terminated = False
         return self
@@ -224,18 +245,22 @@ class Process:
 
     def wait_http(self, url: str, timeout_s: float = 60.0) -> float:
         """Wait until ``url`` answers 200 while the process lives; the seconds that took."""
-        return wait_until(lambda: self.check_alive() and http_ok(url), timeout_s, f"{self.name} answering {url}",
-                          interval_s=0.2)
+        return wait_until(lambda: self.check_alive() and http_ok(url), timeout_s, f"{self.name} answering {url}", interval_s=0.2)
 
     def wait_port(self, port: int, timeout_s: float = 60.0, host: str = "127.0.0.1") -> float:
         """Wait until the port accepts connections while the process lives; the seconds that took."""
-        return wait_until(lambda: self.check_alive() and port_open(port, host), timeout_s,
-                          f"{self.name} listening on {host}:{port}")
+        return wait_until(
+            lambda: self.check_alive() and port_open(port, host), timeout_s, f"{self.name} listening on {host}:{port}"
+        )
 
     def wait_log(self, text: str, timeout_s: float = 60.0, lines: int = 400) -> float:
         """Wait until ``text`` appears in the end of the log while the process lives."""
-        return wait_until(lambda: self.check_alive() and text in self.log_tail(lines), timeout_s,
-                          f"{text!r} in the log of {self.name}", interval_s=0.2)
+        return wait_until(
+            lambda: self.check_alive() and text in self.log_tail(lines),
+            timeout_s,
+            f"{text!r} in the log of {self.name}",
+            interval_s=0.2,
+        )
 
 
 def stop_all(processes: Iterable[Process], timeout_s: float = STOP_TIMEOUT_S) -> dict[str, int | None]:

@@ -27,8 +27,11 @@ def redis_reachable() -> None:
     try:
         redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
-        pytest.exit(f"Redis at {settings.REDIS_URL} is not reachable ({exc}); run the tests with "
-                    "`make test`, which starts an embedded one, or set REDIS_URL.", returncode=3)
+        pytest.exit(
+            f"Redis at {settings.REDIS_URL} is not reachable ({exc}); run the tests with "
+            "`make test`, which starts an embedded one, or set REDIS_URL.",
+            returncode=3,
+        )
 
 
 def _clear_redis() -> None:

@@ -16,19 +16,38 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-PACKAGES = ("controlplane", "nameserver", "dashboards", "audits", "celery_tasks", "brokers", "spark_jobs", "chaos",
-            "bench", "testkit", "tests")
+PACKAGES = (
+    "controlplane",
+    "nameserver",
+    "dashboards",
+    "audits",
+    "celery_tasks",
+    "brokers",
+    "spark_jobs",
+    "chaos",
+    "bench",
+    "testkit",
+    "tests",
+)
 
 # (module file to plant the import in, the import, the contract it must break)
 WRONG = [
-    ("nameserver/_probe_sibling.py", "import controlplane.controller.services",
-     "The nameserver and the controller never import each other"),
-    ("controlplane/controller/core/_probe_pure.py", "import django.db",
-     "Pure cores import the standard library and each other only"),
-    ("controlplane/push_probe_floor.py", "import dashboards.live",
-     "Floors: composition root > edges > operations > siblings > ground"),
-    ("brokers/_probe_apart.py", "import django.conf",
-     "Brokers, Spark jobs, chaos, testkit: no Django, no control plane"),
+    (
+        "nameserver/_probe_sibling.py",
+        "import controlplane.controller.services",
+        "The nameserver and the controller never import each other",
+    ),
+    (
+        "controlplane/controller/core/_probe_pure.py",
+        "import django.db",
+        "Pure cores import the standard library and each other only",
+    ),
+    (
+        "controlplane/push_probe_floor.py",
+        "import dashboards.live",
+        "Floors: composition root > edges > operations > siblings > ground",
+    ),
+    ("brokers/_probe_apart.py", "import django.conf", "Brokers, Spark jobs, chaos, testkit: no Django, no control plane"),
     ("chaos/_probe_tests.py", "import tests.conftest", "Chaos and bench use the test kit, never tests/"),
 ]
 
@@ -40,8 +59,14 @@ def _copy_tree(dest: Path) -> None:
 
 
 def _lint(where: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=where, capture_output=True, text=True, timeout=240,
-                          env={"PYTHONPATH": str(where), "PATH": str(LINT_IMPORTS.parent)})
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={"PYTHONPATH": str(where), "PATH": str(LINT_IMPORTS.parent)},
+    )
 
 
 def _broken(output: str) -> set[str]:
@@ -82,7 +107,10 @@ def test_every_control_plane_module_has_a_floor():
     config.read(ROOT / ".importlinter")
     named = set(re.findall(r"[a-z_][a-z_.]*", config["importlinter:contract:floors"]["layers"]))
     pure = set(config["importlinter:contract:pure"]["source_modules"].split())
-    modules = {f"controlplane.{p.stem if p.is_file() else p.name}" for p in (ROOT / "controlplane").iterdir()
-               if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())}
+    modules = {
+        f"controlplane.{p.stem if p.is_file() else p.name}"
+        for p in (ROOT / "controlplane").iterdir()
+        if (p.suffix == ".py" and p.stem != "__init__") or (p.is_dir() and (p / "__init__.py").exists())
+    }
     unplaced = modules - named - pure - APART_IN_CONTROLPLANE
     assert not unplaced, f"give these a floor in .importlinter: {sorted(unplaced)}"

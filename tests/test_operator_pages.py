@@ -12,8 +12,11 @@ import pytest
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[1]
-INTERNAL = re.compile(r"§|\bseeds?\s+\d{3}\b|\breference\s+§|\bissue\s*#?\d+"  # section signs, seeds, issues
-                      r"|\{#.*\b(issue|end)\b.*#\}|<!--.*\b(issue|end)\b.*-->", re.IGNORECASE)  # patch markers
+INTERNAL = re.compile(
+    r"§|\bseeds?\s+\d{3}\b|\breference\s+§|\bissue\s*#?\d+"  # section signs, seeds, issues
+    r"|\{#.*\b(issue|end)\b.*#\}|<!--.*\b(issue|end)\b.*-->",
+    re.IGNORECASE,
+)  # patch markers
 
 
 def operator_facing_files() -> list[Path]:
@@ -26,14 +29,17 @@ def internal_references(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if INTERNAL.search(line)]
 
 
-@pytest.mark.parametrize("line, internal", [
-    ("<h1>Audits <small>seed 000, reference §5.3–§5.4</small></h1>", True),
-    ("<p>see §4.2</p>", True),
-    ("{# issue #8 #}", True),
-    ("<!-- end audits -->", True),
-    ("<h1>Consumer-offset rollback audits <small>committed offsets that went backwards, and why</small></h1>", False),
-    ("<td>seeded at {{ run.created_at }}</td>", False),
-])
+@pytest.mark.parametrize(
+    "line, internal",
+    [
+        ("<h1>Audits <small>seed 000, reference §5.3–§5.4</small></h1>", True),
+        ("<p>see §4.2</p>", True),
+        ("{# issue #8 #}", True),
+        ("<!-- end audits -->", True),
+        ("<h1>Consumer-offset rollback audits <small>committed offsets that went backwards, and why</small></h1>", False),
+        ("<td>seeded at {{ run.created_at }}</td>", False),
+    ],
+)
 def test_the_pattern_tells_internal_references_from_page_text(line, internal):
     assert bool(internal_references(line)) is internal
 

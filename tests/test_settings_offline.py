@@ -31,8 +31,12 @@ def test_settings_and_every_app_load_without_connecting_to_postgres_or_redis():
         listener.listen()
         listener.settimeout(0.2)
         port = listener.getsockname()[1]
-        env = dict(os.environ, DJANGO_SETTINGS_MODULE="controlplane.settings_test",
-                   DATABASE_URL=f"postgres://postgres@127.0.0.1:{port}/none", REDIS_URL=f"redis://127.0.0.1:{port}/0")
+        env = dict(
+            os.environ,
+            DJANGO_SETTINGS_MODULE="controlplane.settings_test",
+            DATABASE_URL=f"postgres://postgres@127.0.0.1:{port}/none",
+            REDIS_URL=f"redis://127.0.0.1:{port}/0",
+        )
         run = subprocess.run([sys.executable, "-c", LOAD], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
         assert run.stdout.split() == [str(port), f"redis://127.0.0.1:{port}/0"]

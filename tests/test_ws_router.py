@@ -16,8 +16,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 EACH_APPS_FRAMES = {
     "nameserver": {"register", "heartbeat", "unregister"},
-    "controller": {"controller_heartbeat", "get_next_broker_id", "apply_broker_id", "register_broker_to_controller",
-                   "elect_master", "alter_sync_state_set", "get_replica_info"},
+    "controller": {
+        "controller_heartbeat",
+        "get_next_broker_id",
+        "apply_broker_id",
+        "register_broker_to_controller",
+        "elect_master",
+        "alter_sync_state_set",
+        "get_replica_info",
+    },
     "audits": {"offset_events"},
 }
 
@@ -58,8 +65,11 @@ def echo_frame():
 def test_a_registered_frame_is_routed_and_answered_with_its_seq(broker_token, echo_frame):
     async def scenario():
         sock = await connected(broker_token)
-        assert await call(sock, "test_echo", {"n": 1}, seq=41) == {"type": "test_echo_result", "seq": 41,
-                                                                   "payload": {"echo": {"n": 1}}}
+        assert await call(sock, "test_echo", {"n": 1}, seq=41) == {
+            "type": "test_echo_result",
+            "seq": 41,
+            "payload": {"echo": {"n": 1}},
+        }
         reply = await call(sock, "test_echo", {"bad": True}, seq=42)
         assert reply["type"] == "error" and reply["seq"] == 42
         assert (reply["payload"]["code"], reply["payload"]["fields"]) == (29, {"bad": ["must be false"]})
@@ -73,8 +83,11 @@ def test_an_unregistered_frame_type_gets_an_error_frame_and_the_socket_stays_ope
     async def scenario():
         sock = await connected(broker_token)
         reply = await call(sock, "test_echo", {}, seq=5)  # registered by no app
-        assert reply == {"type": "error", "seq": 5, "payload": {"code": 3, "name": "REQUEST_CODE_NOT_SUPPORTED",
-                                                                "detail": "unknown frame type 'test_echo'"}}
+        assert reply == {
+            "type": "error",
+            "seq": 5,
+            "payload": {"code": 3, "name": "REQUEST_CODE_NOT_SUPPORTED", "detail": "unknown frame type 'test_echo'"},
+        }
         await sock.send_to(text_data=json.dumps({"type": 7, "seq": 6}))
         assert (await sock.receive_json_from(timeout=10))["payload"]["code"] == 3
         assert await call(sock, "ping", seq=7) == {"type": "ping_result", "seq": 7, "payload": {}}

@@ -30,4 +30,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if wrong:
         raise pytest.UsageError(
             "each test module sets `pytestmark` to exactly one of pytest.mark.unit, pytest.mark.integration, "
-            "pytest.mark.e2e (tests/tiers.py):\n  " + "\n  ".join(wrong))
+            "pytest.mark.e2e (tests/tiers.py):\n  " + "\n  ".join(wrong)
+        )

@@ -61,9 +61,15 @@ class NameserverLink:
     async def stop(self, unregister: bool = True) -> None:
         if unregister and self._ws is not None:
             try:
-                await self.call("unregister", {"clusterName": self.config.brokerClusterName,
-                                               "brokerAddr": self.config.broker_addr,
-                                               "brokerName": self.config.brokerName}, timeout=2)
+                await self.call(
+                    "unregister",
+                    {
+                        "clusterName": self.config.brokerClusterName,
+                        "brokerAddr": self.config.broker_addr,
+                        "brokerName": self.config.brokerName,
+                    },
+                    timeout=2,
+                )
             except Exception:
                 pass
         await cancel_and_wait(self._task, *self._background)
@@ -78,8 +84,9 @@ class NameserverLink:
         headers = {"Authorization": f"Bearer {self.config.token}", "Origin": self.config.controlPlaneUrl}
         while True:
             try:
-                async with websockets.connect(self._ws_url(), additional_headers=headers, open_timeout=CALL_TIMEOUT_S,
-                                              max_queue=1024) as ws:
+                async with websockets.connect(
+                    self._ws_url(), additional_headers=headers, open_timeout=CALL_TIMEOUT_S, max_queue=1024
+                ) as ws:
                     self._ws = ws
                     reader = asyncio.create_task(self._read(ws))
                     try:
@@ -119,8 +126,11 @@ class NameserverLink:
                 await self._register_or_log()
                 next_register = loop.time() + register_s
                 continue
-            beat = {"clusterName": self.config.brokerClusterName, "brokerAddr": self.config.broker_addr,
-                    "brokerName": self.config.brokerName}
+            beat = {
+                "clusterName": self.config.brokerClusterName,
+                "brokerAddr": self.config.broker_addr,
+                "brokerName": self.config.brokerName,
+            }
             if self.water_levels is not None:
                 beat["waterLevels"] = self.water_levels()
             reply = await self.call("heartbeat", beat)
@@ -165,8 +175,13 @@ class NameserverLink:
     async def _handle_push(self, kind: str, payload: dict) -> None:
         try:
             if kind == "update_topic":
-                tc = TopicConfig(payload["topicName"], payload["readQueueNums"], payload["writeQueueNums"],
-                                 payload["perm"], payload.get("topicSysFlag", 0))
+                tc = TopicConfig(
+                    payload["topicName"],
+                    payload["readQueueNums"],
+                    payload["writeQueueNums"],
+                    payload["perm"],
+                    payload.get("topicSysFlag", 0),
+                )
                 if self.topics.update(tc):
                     await self.register()
             elif kind == "delete_topic":
@@ -183,6 +198,7 @@ class NameserverLink:
     def register_soon(self) -> None:
         """Register now (topic configs changed) without waiting; if the link is down, the next
         connection registers anyway."""
+
         async def attempt() -> None:
             try:
                 await self.register()
@@ -207,12 +223,21 @@ class NameserverLink:
 
     async def register(self) -> dict:
         c = self.config
-        reply = await self.call("register", {
-            "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerAddr": c.broker_addr,
-            "haServerAddr": c.ha_server_addr, "grpcAddr": c.grpc_addr, "brokerId": self.broker_id, "zoneName": c.zoneName,
-            "heartbeatTimeoutMillis": c.heartbeat_timeout_millis, "enableActingMaster": c.enableSlaveActingMaster,
-            "topicConfigWrapper": self.topics.wrapper(),
-        })
+        reply = await self.call(
+            "register",
+            {
+                "clusterName": c.brokerClusterName,
+                "brokerName": c.brokerName,
+                "brokerAddr": c.broker_addr,
+                "haServerAddr": c.ha_server_addr,
+                "grpcAddr": c.grpc_addr,
+                "brokerId": self.broker_id,
+                "zoneName": c.zoneName,
+                "heartbeatTimeoutMillis": c.heartbeat_timeout_millis,
+                "enableActingMaster": c.enableSlaveActingMaster,
+                "topicConfigWrapper": self.topics.wrapper(),
+            },
+        )
         self.registered_once.set()
         if self.on_registered is not None:
             self.on_registered(reply)

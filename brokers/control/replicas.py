@@ -33,8 +33,9 @@ METADATA_NOT_EXIST = 2008
 
 
 class ReplicasManager:
-    def __init__(self, config: BrokerConfig, store: MessageStore, ha: HAService, link: NameserverLink,
-                 topics: TopicConfigManager):
+    def __init__(
+        self, config: BrokerConfig, store: MessageStore, ha: HAService, link: NameserverLink, topics: TopicConfigManager
+    ):
         self.config, self.store, self.ha, self.link, self.topics = config, store, ha, link, topics
         self.root = Path(config.storePathRootDir)
         self.broker_id: int | None = None  # brokerControllerId
@@ -74,9 +75,11 @@ class ReplicasManager:
         reply = await self._retry("register to the controller", self._register_to_controller)
         self.state = "REGISTER_TO_CONTROLLER_DONE"
         loop = asyncio.get_running_loop()
-        self._tasks += [loop.create_task(self._heartbeats(), name="controller-heartbeat"),
-                        loop.create_task(self._sync_metadata(), name="controller-sync"),
-                        loop.create_task(self._keep_sync_state_set(), name="sync-state-set")]
+        self._tasks += [
+            loop.create_task(self._heartbeats(), name="controller-heartbeat"),
+            loop.create_task(self._sync_metadata(), name="controller-sync"),
+            loop.create_task(self._keep_sync_state_set(), name="sync-state-set"),
+        ]
         await self._heartbeat_once()
         if reply.get("masterBrokerId") is not None and reply.get("masterEpoch", 0) > self.master_epoch:
             await self._apply(reply)
@@ -115,15 +118,27 @@ class ReplicasManager:
             if tmp.exists():  # a crash between apply and the identity file: apply the same id again
                 pending = json.loads(tmp.read_text())
             else:
-                reply = await self._retry("getNextBrokerId", lambda: self.link.call(
-                    "get_next_broker_id", {"clusterName": c.brokerClusterName, "brokerName": c.brokerName}))
-                pending = {"brokerId": int(reply["nextBrokerId"]),
-                           "registerCheckCode": f"{c.broker_addr};{int(time.time() * 1000)}"}
+                reply = await self._retry(
+                    "getNextBrokerId",
+                    lambda: self.link.call(
+                        "get_next_broker_id", {"clusterName": c.brokerClusterName, "brokerName": c.brokerName}
+                    ),
+                )
+                pending = {
+                    "brokerId": int(reply["nextBrokerId"]),
+                    "registerCheckCode": f"{c.broker_addr};{int(time.time() * 1000)}",
+                }
                 write_json_atomically(tmp, pending)
             try:
-                await self.link.call("apply_broker_id", {"clusterName": c.brokerClusterName, "brokerName": c.brokerName,
-                                                         "appliedBrokerId": pending["brokerId"],
-                                                         "registerCheckCode": pending["registerCheckCode"]})
+                await self.link.call(
+                    "apply_broker_id",
+                    {
+                        "clusterName": c.brokerClusterName,
+                        "brokerName": c.brokerName,
+                        "appliedBrokerId": pending["brokerId"],
+                        "registerCheckCode": pending["registerCheckCode"],
+                    },
+                )
             except ControlPlaneError as exc:
                 if "not connected" in str(exc) or "connection lost" in str(exc):
                     await asyncio.sleep(0.5)
@@ -131,8 +146,9 @@ class ReplicasManager:
                 log.info("broker id %d taken (%s); asking for another", pending["brokerId"], exc)
                 tmp.unlink(missing_ok=True)
                 continue
-            write_json_atomically(path, {"clusterName": c.brokerClusterName, "brokerName": c.brokerName,
-                                         "brokerId": pending["brokerId"]})
+            write_json_atomically(
+                path, {"clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerId": pending["brokerId"]}
+            )
             tmp.unlink(missing_ok=True)
             self.broker_id = pending["brokerId"]
             self.ha.broker_id = self.broker_id
@@ -141,19 +157,35 @@ class ReplicasManager:
 
     async def _register_to_controller(self) -> dict:
         c = self.config
-        return await self.link.call("register_broker_to_controller", {
-            "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerId": self.broker_id,
-            "brokerAddress": c.broker_addr})
+        return await self.link.call(
+            "register_broker_to_controller",
+            {
+                "clusterName": c.brokerClusterName,
+                "brokerName": c.brokerName,
+                "brokerId": self.broker_id,
+                "brokerAddress": c.broker_addr,
+            },
+        )
 
     # --- heartbeat and metadata -------------------------------------------------------------------
 
     async def _heartbeat_once(self) -> None:
         c = self.config
-        await self.link.call("controller_heartbeat", {
-            "clusterName": c.brokerClusterName, "brokerName": c.brokerName, "brokerAddr": c.broker_addr,
-            "brokerId": self.broker_id, "epoch": self.ha.epochs.last_epoch(), "maxOffset": self.store.max_offset,
-            "confirmOffset": self.store.confirm_offset, "heartbeatTimeoutMillis": c.controllerHeartBeatTimeoutMills,
-            "electionPriority": c.brokerElectionPriority}, timeout=max(1.0, c.brokerHeartbeatInterval / 1000))
+        await self.link.call(
+            "controller_heartbeat",
+            {
+                "clusterName": c.brokerClusterName,
+                "brokerName": c.brokerName,
+                "brokerAddr": c.broker_addr,
+                "brokerId": self.broker_id,
+                "epoch": self.ha.epochs.last_epoch(),
+                "maxOffset": self.store.max_offset,
+                "confirmOffset": self.store.confirm_offset,
+                "heartbeatTimeoutMillis": c.controllerHeartBeatTimeoutMills,
+                "electionPriority": c.brokerElectionPriority,
+            },
+            timeout=max(1.0, c.brokerHeartbeatInterval / 1000),
+        )
 
     async def _heartbeats(self) -> None:
         period = self.config.brokerHeartbeatInterval / 1000
@@ -165,8 +197,7 @@ class ReplicasManager:
             if loop.time() - last > timeout:
                 # This process was paused (SIGSTOP, a VM freeze) longer than the heartbeat timeout: the
                 # controller may have elected another master meanwhile. Ask now, not at the next poll.
-                log.warning("paused for %.1f s (> heartbeat timeout); checking the role with the controller",
-                            loop.time() - last)
+                log.warning("paused for %.1f s (> heartbeat timeout); checking the role with the controller", loop.time() - last)
                 self._poll_now.set()
             last = loop.time()
             try:
@@ -224,8 +255,10 @@ class ReplicasManager:
     async def _elect(self) -> None:
         """brokerElect (§2.1): ask the controller to elect, as this broker."""
         try:
-            reply = await self.link.call("elect_master", {"clusterName": self.config.brokerClusterName,
-                                                          "brokerName": self.config.brokerName, "brokerId": self.broker_id})
+            reply = await self.link.call(
+                "elect_master",
+                {"clusterName": self.config.brokerClusterName, "brokerName": self.config.brokerName, "brokerId": self.broker_id},
+            )
         except ControlPlaneError as exc:
             log.info("election request failed (%s); the metadata poll retries", exc)
             return
@@ -264,8 +297,13 @@ class ReplicasManager:
         self.ha.permission.update(fenced=False)
         self.role_known.set()
         self.state = "RUNNING"
-        log.info("now MASTER of %s at epoch %d (SyncStateSet %s) in %.0f ms", self.config.brokerName, epoch,
-                 sorted(members), (time.monotonic() - started) * 1000)
+        log.info(
+            "now MASTER of %s at epoch %d (SyncStateSet %s) in %.0f ms",
+            self.config.brokerName,
+            epoch,
+            sorted(members),
+            (time.monotonic() - started) * 1000,
+        )
         self.link.register_soon()
 
     async def _change_to_slave(self, master_id: int, master_addr: str | None, epoch: int) -> None:
@@ -325,22 +363,38 @@ class ReplicasManager:
         keep = ha.caught_up_members() & (current | {self.broker_id})
         connected = {c.slave_id for c in (ha.server.connections if ha.server else ()) if c.slave_id is not None}
         keep = {m for m in keep if m == self.broker_id or m in connected}
-        joining = {c.slave_id for c in (ha.server.connections if ha.server else ())
-                   if c.slave_id is not None and c.slave_id not in current and not c.async_learner
-                   and c.ack_offset >= self.store.confirm_offset
-                   and c.ack_offset >= ha.epoch_start_offset()}
+        joining = {
+            c.slave_id
+            for c in (ha.server.connections if ha.server else ())
+            if c.slave_id is not None
+            and c.slave_id not in current
+            and not c.async_learner
+            and c.ack_offset >= self.store.confirm_offset
+            and c.ack_offset >= ha.epoch_start_offset()
+        }
         proposal = keep | joining | {self.broker_id}
         if proposal == current:
             return
         ha.proposed_sync_state_set = proposal  # counted with the old set while in flight (#5663)
-        reply = await self.link.call("alter_sync_state_set", {
-            "clusterName": self.config.brokerClusterName, "brokerName": self.config.brokerName,
-            "masterBrokerId": self.broker_id, "masterEpoch": self.master_epoch, "syncStateSet": sorted(proposal),
-            "syncStateSetEpoch": self.sync_state_set_epoch})
+        reply = await self.link.call(
+            "alter_sync_state_set",
+            {
+                "clusterName": self.config.brokerClusterName,
+                "brokerName": self.config.brokerName,
+                "masterBrokerId": self.broker_id,
+                "masterEpoch": self.master_epoch,
+                "syncStateSet": sorted(proposal),
+                "syncStateSetEpoch": self.sync_state_set_epoch,
+            },
+        )
         self.sync_state_set_epoch = int(reply.get("syncStateSetEpoch", self.sync_state_set_epoch + 1))
         ha.set_sync_state_set(set(reply.get("syncStateSet") or proposal))
-        log.info("SyncStateSet of %s is now %s (epoch %d)", self.config.brokerName, sorted(ha.sync_state_set),
-                 self.sync_state_set_epoch)
+        log.info(
+            "SyncStateSet of %s is now %s (epoch %d)",
+            self.config.brokerName,
+            sorted(ha.sync_state_set),
+            self.sync_state_set_epoch,
+        )
 
 
 def identity_path(root: str | os.PathLike) -> Path:

@@ -132,9 +132,12 @@ class ConsumerSide:
         )
         if "TAGS" in props:
             sp.tag = props["TAGS"]
-        return pb.Message(topic=pb.Resource(name=props.get("ORIGIN_TOPIC", m.topic)),
-                          user_properties={k: v for k, v in props.items() if k not in SYSTEM_KEYS},
-                          system_properties=sp, body=m.body)
+        return pb.Message(
+            topic=pb.Resource(name=props.get("ORIGIN_TOPIC", m.topic)),
+            user_properties={k: v for k, v in props.items() if k not in SYSTEM_KEYS},
+            system_properties=sp,
+            body=m.body,
+        )
 
     # --- ack / invisible time ---------------------------------------------------------------------
 
@@ -145,8 +148,9 @@ class ConsumerSide:
             ok = handle is not None and handle.group == request.group.name and self.pop.ack(handle)
             all_ok &= ok
             code = pb.Code.OK if ok else pb.Code.INVALID_RECEIPT_HANDLE
-            entries.append(spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle,
-                                                     status=_status(code)))
+            entries.append(
+                spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=_status(code))
+            )
         top = _status(pb.Code.OK) if all_ok else _status(pb.Code.INVALID_RECEIPT_HANDLE, "unknown or expired receipt handle")
         return spb.AckMessageResponse(status=top, entries=entries)
 
@@ -154,9 +158,10 @@ class ConsumerSide:
         handle = ReceiptHandle.decode(request.receipt_handle)
         new = self.pop.change_invisible(handle, _ms(request.invisible_duration)) if handle else None
         if new is None:
-            return spb.ChangeInvisibleDurationResponse(status=_status(pb.Code.INVALID_RECEIPT_HANDLE,
-                                                                      "unknown or expired receipt handle"),
-                                                       receipt_handle=request.receipt_handle)
+            return spb.ChangeInvisibleDurationResponse(
+                status=_status(pb.Code.INVALID_RECEIPT_HANDLE, "unknown or expired receipt handle"),
+                receipt_handle=request.receipt_handle,
+            )
         return spb.ChangeInvisibleDurationResponse(status=_status(pb.Code.OK), receipt_handle=new.encode())
 
     # --- revive and offsets -----------------------------------------------------------------------

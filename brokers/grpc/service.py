@@ -47,8 +47,9 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         self.topics = topics
         self.init_consumer(offsets)
         self._next_queue = itertools.count()
-        self._http = httpx.AsyncClient(base_url=config.controlPlaneUrl, timeout=ROUTE_TIMEOUT_S,
-                                       headers={"Authorization": f"Bearer {config.token}"})
+        self._http = httpx.AsyncClient(
+            base_url=config.controlPlaneUrl, timeout=ROUTE_TIMEOUT_S, headers={"Authorization": f"Bearer {config.token}"}
+        )
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -65,8 +66,10 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         if route.status.code != pb.Code.OK:
             return spb.QueryAssignmentResponse(status=route.status)
         readable = (pb.Permission.READ, pb.Permission.READ_WRITE)
-        return spb.QueryAssignmentResponse(status=route.status, assignments=[
-            pb.Assignment(message_queue=q) for q in route.message_queues if q.permission in readable])
+        return spb.QueryAssignmentResponse(
+            status=route.status,
+            assignments=[pb.Assignment(message_queue=q) for q in route.message_queues if q.permission in readable],
+        )
 
     async def _route(self, resource: pb.Resource) -> spb.QueryRouteResponse:
         topic = resource.name
@@ -93,8 +96,15 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                     perm &= ~2
                 if qid >= qd["readQueueNums"]:
                     perm &= ~4
-                queues.append(pb.MessageQueue(topic=resource, id=qid, permission=permission(perm), broker=broker,
-                                              accept_message_types=[pb.MessageType.NORMAL]))
+                queues.append(
+                    pb.MessageQueue(
+                        topic=resource,
+                        id=qid,
+                        permission=permission(perm),
+                        broker=broker,
+                        accept_message_types=[pb.MessageType.NORMAL],
+                    )
+                )
         return spb.QueryRouteResponse(status=_status(pb.Code.OK), message_queues=queues)
 
     # --- client session ---------------------------------------------------------------------------
@@ -152,8 +162,15 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 props["KEYS"] = " ".join(sp.keys)
             props["BORN_HOST"] = sp.born_host
             born = sp.born_timestamp
-            stored.append(Message(topic.topicName, next(next_queue) % topic.writeQueueNums, body, props,
-                                  born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000))
+            stored.append(
+                Message(
+                    topic.topicName,
+                    next(next_queue) % topic.writeQueueNums,
+                    body,
+                    props,
+                    born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000,
+                )
+            )
             ids.append(message_id)
         results = await self.store.put_messages(stored)
         response = spb.SendMessageResponse()
@@ -171,10 +188,15 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         return response
 
 
-async def serve(config: BrokerConfig, store: MessageStore, topics: TopicConfigManager,
-                offsets: ConsumerOffsets) -> tuple[grpc.aio.Server, MessagingService]:
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_BODY_SIZE + 1024 * 1024),
-                                      ("grpc.max_send_message_length", 64 * 1024 * 1024)])
+async def serve(
+    config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsets
+) -> tuple[grpc.aio.Server, MessagingService]:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MAX_BODY_SIZE + 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+        ]
+    )
     service = MessagingService(config, store, topics, offsets)
     rpc.add_MessagingServiceServicer_to_server(service, server)
     addr = f"{config.brokerIP1}:{config.grpcServerPort}"

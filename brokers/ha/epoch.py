@@ -193,8 +193,7 @@ class CatchUp:
     offset: int  # where replication resumes (what the slave truncates to); -1 for REFUSE
 
 
-def plan_catch_up(slave_min: int, slave_max: int, master_min: int, master_max: int,
-                  consistent_point: int | None) -> CatchUp:
+def plan_catch_up(slave_min: int, slave_max: int, master_min: int, master_max: int, consistent_point: int | None) -> CatchUp:
     """What a slave does with its log after the handshake, per seed 004's six cases.
 
     ``consistent_point`` is ``find_consistent_point`` of the slave's epochs against the master's (-1:

@@ -83,8 +83,11 @@ class WritePermission:
     def update(self, *, role: BrokerRole | None = None, fenced: bool | None = None, isolated: bool | None = None) -> None:
         """Feed the facts that changed (None: unchanged) and decide again."""
         old = self._facts
-        facts = WriteFacts(old.role if role is None else role, old.fenced if fenced is None else fenced,
-                           old.isolated if isolated is None else isolated)
+        facts = WriteFacts(
+            old.role if role is None else role,
+            old.fenced if fenced is None else fenced,
+            old.isolated if isolated is None else isolated,
+        )
         if facts == old:
             return
         self._facts = facts

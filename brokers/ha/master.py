@@ -83,8 +83,9 @@ class MasterConnection:
         except (asyncio.IncompleteReadError, ConnectionError):
             log.info("HA slave %s (id %s) disconnected", self.peer, self.slave_id)
         except TimeoutError:
-            log.warning("HA slave %s (id %s) silent for %.0f s; closing", self.peer, self.slave_id,
-                        timings.housekeeping_interval_s)
+            log.warning(
+                "HA slave %s (id %s) silent for %.0f s; closing", self.peer, self.slave_id, timings.housekeeping_interval_s
+            )
         except PacketError as exc:
             log.warning("HA slave %s sent a malformed packet (%s); closing", self.peer, exc)
         except Exception:
@@ -111,11 +112,17 @@ class MasterConnection:
         self.state = HAState.HANDSHAKE
         self.slave_id, self.async_learner, self.sync_from_last_file = hs.slave_broker_id, hs.async_learner, hs.sync_from_last_file
         epochs = self.server.epochs
-        reply = MasterHandshake(self.store.max_offset, epochs.last_epoch(),
-                                tuple((e.epoch, e.start_offset) for e in epochs.entries))
+        reply = MasterHandshake(
+            self.store.max_offset, epochs.last_epoch(), tuple((e.epoch, e.start_offset) for e in epochs.entries)
+        )
         await self._send(reply.encode())
-        log.info("HA slave %s (id %d) handshake; master max offset %d, epoch %d", self.peer, self.slave_id,
-                 self.store.max_offset, epochs.last_epoch())
+        log.info(
+            "HA slave %s (id %d) handshake; master max offset %d, epoch %d",
+            self.peer,
+            self.slave_id,
+            self.store.max_offset,
+            epochs.last_epoch(),
+        )
 
     def _on_ack(self, ack: SlaveAck) -> None:
         if ack.state != HAState.TRANSFER:
@@ -147,16 +154,23 @@ class MasterConnection:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.info("shipping to HA slave %s (id %s) stopped (%s: %s); closing", self.peer, self.slave_id,
-                     type(exc).__name__, exc)
+            log.info(
+                "shipping to HA slave %s (id %s) stopped (%s: %s); closing", self.peer, self.slave_id, type(exc).__name__, exc
+            )
             self.writer.close()
 
     async def _ship(self) -> None:
         timings = self.server.timings
         pos = self._start_position()
         if pos > self.store.max_offset:
-            log.error("HA slave %s (id %s) asks for offset %d beyond this master's max %d: its log forked "
-                      "and was not truncated; closing", self.peer, self.slave_id, pos, self.store.max_offset)
+            log.error(
+                "HA slave %s (id %s) asks for offset %d beyond this master's max %d: its log forked "
+                "and was not truncated; closing",
+                self.peer,
+                self.slave_id,
+                pos,
+                self.store.max_offset,
+            )
             self.writer.close()
             return
         last_send = time.monotonic()
@@ -199,17 +213,22 @@ class MasterConnection:
         """This slave's entry of the water-level report; ``in_sync``: quorum.slave_in_sync's verdict."""
         idle = time.monotonic() - self._rate_window[0]
         rate = self.transfer_rate if idle < 3 else 0.0
-        return {"brokerId": self.slave_id if self.slave_id is not None else -1, "addr": self.peer,
-                "ackOffset": max(0, self.ack_offset), "lagBytes": max(0, self.store.max_offset - max(0, self.ack_offset)),
-                "lastCaughtUpMs": self.caught_up_ms, "transferBytesPerS": round(rate, 1),
-                "inSyncStateSet": in_sync_state_set, "inSync": in_sync}
+        return {
+            "brokerId": self.slave_id if self.slave_id is not None else -1,
+            "addr": self.peer,
+            "ackOffset": max(0, self.ack_offset),
+            "lagBytes": max(0, self.store.max_offset - max(0, self.ack_offset)),
+            "lastCaughtUpMs": self.caught_up_ms,
+            "transferBytesPerS": round(rate, 1),
+            "inSyncStateSet": in_sync_state_set,
+            "inSync": in_sync,
+        }
 
 
 class HAServer:
     """Listens on haListenPort and owns every slave connection."""
 
-    def __init__(self, store: MessageStore, epochs: EpochCache, timings: LinkTimings,
-                 on_ack: Callable[[MasterConnection], None]):
+    def __init__(self, store: MessageStore, epochs: EpochCache, timings: LinkTimings, on_ack: Callable[[MasterConnection], None]):
         self.store = store
         self.epochs = epochs
         self.timings = timings

@@ -113,16 +113,21 @@ class SlaveHandshake:
     slave_broker_id: int
 
     def encode(self) -> bytes:
-        return _pack(_SLAVE_HANDSHAKE, "slave handshake", HAState.HANDSHAKE, int(self.sync_from_last_file),
-                     int(self.async_learner), self.slave_broker_id)
+        return _pack(
+            _SLAVE_HANDSHAKE,
+            "slave handshake",
+            HAState.HANDSHAKE,
+            int(self.sync_from_last_file),
+            int(self.async_learner),
+            self.slave_broker_id,
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> SlaveHandshake:
         _check_length(raw, SLAVE_HANDSHAKE_SIZE, "slave handshake")
         state, sync_from_last_file, async_learner, slave_broker_id = _SLAVE_HANDSHAKE.unpack(raw)
         _expect_state(state, HAState.HANDSHAKE, "slave handshake")
-        return cls(_flag(sync_from_last_file, "isSyncFromLastFile"), _flag(async_learner, "isAsyncLearner"),
-                   slave_broker_id)
+        return cls(_flag(sync_from_last_file, "isSyncFromLastFile"), _flag(async_learner, "isAsyncLearner"), slave_broker_id)
 
 
 @dataclass(frozen=True)
@@ -157,8 +162,16 @@ class MasterHandshake:
     def encode(self) -> bytes:
         body_size = len(self.entries) * EPOCH_ENTRY_SIZE
         _check_body_size(body_size, "master handshake")
-        parts = [_pack(_MASTER_HANDSHAKE_HEADER, "master handshake header", HAState.HANDSHAKE, body_size,
-                       self.max_offset, self.last_epoch)]
+        parts = [
+            _pack(
+                _MASTER_HANDSHAKE_HEADER,
+                "master handshake header",
+                HAState.HANDSHAKE,
+                body_size,
+                self.max_offset,
+                self.last_epoch,
+            )
+        ]
         parts += [_pack(_EPOCH_ENTRY, "epoch entry", epoch, start) for epoch, start in self.entries]
         return b"".join(parts)
 
@@ -201,8 +214,16 @@ class TransferHeader:
 
     def encode(self) -> bytes:
         _check_body_size(self.body_size, "transfer header")
-        return _pack(_TRANSFER_HEADER, "transfer header", HAState.TRANSFER, self.body_size, self.offset, self.epoch,
-                     self.epoch_start_offset, self.confirm_offset)
+        return _pack(
+            _TRANSFER_HEADER,
+            "transfer header",
+            HAState.TRANSFER,
+            self.body_size,
+            self.offset,
+            self.epoch,
+            self.epoch_start_offset,
+            self.confirm_offset,
+        )
 
     @classmethod
     def decode(cls, raw: bytes) -> TransferHeader:

@@ -42,8 +42,15 @@ def ha_in_sync_count(master_offset: int, slave_ack_offsets: list[int], max_gap: 
     return 1 + sum(1 for ack in slave_ack_offsets if slave_in_sync(master_offset, ack, max_gap))
 
 
-def need_ack_nums(config: QuorumConfig, role: BrokerRole, *, controller_mode: bool, acting_master_mode: bool,
-                  in_sync: int, alive_in_group: int | None = None) -> tuple[PutMessageStatus | None, int]:
+def need_ack_nums(
+    config: QuorumConfig,
+    role: BrokerRole,
+    *,
+    controller_mode: bool,
+    acting_master_mode: bool,
+    in_sync: int,
+    alive_in_group: int | None = None,
+) -> tuple[PutMessageStatus | None, int]:
     """(refusal, needAckNums) computed before appending (§4.1-4.2). ``in_sync``: in controller mode
     the SyncStateSet size (widened while a change is in flight), otherwise the HA in-sync count.
     needAckNums 0 or 1 means "do not wait"; -1 means every SyncStateSet member."""

@@ -34,8 +34,15 @@ log = logging.getLogger("brokers.ha")
 
 
 def quorum_config(c: BrokerConfig) -> QuorumConfig:
-    return QuorumConfig(c.inSyncReplicas, c.minInSyncReplicas, c.totalReplicas, c.enableAutoInSyncReplicas,
-                        c.haMaxGapNotInSync, c.allAckInSyncStateSet, c.slaveTimeout)
+    return QuorumConfig(
+        c.inSyncReplicas,
+        c.minInSyncReplicas,
+        c.totalReplicas,
+        c.enableAutoInSyncReplicas,
+        c.haMaxGapNotInSync,
+        c.allAckInSyncStateSet,
+        c.slaveTimeout,
+    )
 
 
 def link_timings(c: BrokerConfig) -> LinkTimings:
@@ -74,8 +81,15 @@ class HAService:
             return
         if self.role is BrokerRole.SLAVE:
             self.store.set_follow_max(False)
-            self.client = HAClient(self.store, self.epochs, self.config.brokerId, lambda: self.master_ha_addr,
-                                   self.timings, self.config.syncFromLastFile, self.config.asyncLearner)
+            self.client = HAClient(
+                self.store,
+                self.epochs,
+                self.config.brokerId,
+                lambda: self.master_ha_addr,
+                self.timings,
+                self.config.syncFromLastFile,
+                self.config.asyncLearner,
+            )
             self.client.start()
         else:
             if not self.epochs.entries:  # classic mode has no controller epochs: one epoch from the start
@@ -140,8 +154,15 @@ class HAService:
         if self.client is not None:
             await self.client.stop()
         self.master_ha_addr = self.config.haMasterAddress or None
-        self.client = HAClient(self.store, self.epochs, self.broker_id, lambda: self.master_ha_addr,
-                               self.timings, self.config.syncFromLastFile, self.config.asyncLearner)
+        self.client = HAClient(
+            self.store,
+            self.epochs,
+            self.broker_id,
+            lambda: self.master_ha_addr,
+            self.timings,
+            self.config.syncFromLastFile,
+            self.config.asyncLearner,
+        )
         self.client.start()
 
     def set_sync_state_set(self, members: set[int]) -> None:
@@ -184,11 +205,17 @@ class HAService:
 
     def precheck(self) -> tuple[PutMessageStatus | None, int]:
         if self.controller_mode:
-            return need_ack_nums(self.quorum, self.role, controller_mode=True, acting_master_mode=False,
-                                 in_sync=max(len(self.sync_state_set), len(self.proposed_sync_state_set or ())))
+            return need_ack_nums(
+                self.quorum,
+                self.role,
+                controller_mode=True,
+                acting_master_mode=False,
+                in_sync=max(len(self.sync_state_set), len(self.proposed_sync_state_set or ())),
+            )
         in_sync = ha_in_sync_count(self.store.max_offset, self._acks(), self.quorum.ha_max_gap_not_in_sync)
-        return need_ack_nums(self.quorum, self.role, controller_mode=False,
-                             acting_master_mode=self.config.enableSlaveActingMaster, in_sync=in_sync)
+        return need_ack_nums(
+            self.quorum, self.role, controller_mode=False, acting_master_mode=self.config.enableSlaveActingMaster, in_sync=in_sync
+        )
 
     async def wait(self, next_offset: int, need_acks: int) -> PutMessageStatus:
         if need_acks == ALL_ACK_IN_SYNC_STATE_SET:
@@ -210,9 +237,13 @@ class HAService:
             if closed:
                 if conn.slave_id in members and self.on_slave_gone is not None:
                     self.on_slave_gone(conn.slave_id)
-            elif (conn.slave_id not in members and not conn.async_learner and self.on_expand is not None
-                  and conn.ack_offset >= self.store.confirm_offset
-                  and conn.ack_offset >= self.epoch_start_offset()):
+            elif (
+                conn.slave_id not in members
+                and not conn.async_learner
+                and self.on_expand is not None
+                and conn.ack_offset >= self.store.confirm_offset
+                and conn.ack_offset >= self.epoch_start_offset()
+            ):
                 self.on_expand(conn.slave_id)  # §2.2 maybeExpandInSyncStateSet
             self._update_confirm_offset()
         self._release_waiters()
@@ -237,14 +268,22 @@ class HAService:
     def water_levels(self) -> dict:
         store = self.store
         max_gap = self.quorum.ha_max_gap_not_in_sync
-        report: dict = {"brokerName": self.config.brokerName, "brokerId": self.broker_id, "role": self.role.value,
-                        "masterEpoch": self.epochs.last_epoch(), "maxOffset": store.max_offset,
-                        "confirmOffset": store.confirm_offset, "minOffset": store.min_offset,
-                        "haMaxGapNotInSync": max_gap, "slaves": []}
+        report: dict = {
+            "brokerName": self.config.brokerName,
+            "brokerId": self.broker_id,
+            "role": self.role.value,
+            "masterEpoch": self.epochs.last_epoch(),
+            "maxOffset": store.max_offset,
+            "confirmOffset": store.confirm_offset,
+            "minOffset": store.min_offset,
+            "haMaxGapNotInSync": max_gap,
+            "slaves": [],
+        }
         if self.server is not None:
             members = self.effective_sync_state_set()
             slaves = [c for c in self.server.connections if c.slave_id is not None]
             in_sync = {c: slave_in_sync(store.max_offset, c.ack_offset, max_gap) for c in slaves}
-            report["slaves"] = sorted((c.water_level(c.slave_id in members, in_sync[c]) for c in slaves),
-                                      key=lambda s: s["brokerId"])
+            report["slaves"] = sorted(
+                (c.water_level(c.slave_id in members, in_sync[c]) for c in slaves), key=lambda s: s["brokerId"]
+            )
         return report

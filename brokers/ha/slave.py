@@ -42,8 +42,16 @@ class ReplicationRefused(ReplicationError):
 
 
 class HAClient:
-    def __init__(self, store: MessageStore, epochs: EpochFile, broker_id: int, master_addr: Callable[[], str | None],
-                 timings: LinkTimings, sync_from_last_file: bool = False, async_learner: bool = False):
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochFile,
+        broker_id: int,
+        master_addr: Callable[[], str | None],
+        timings: LinkTimings,
+        sync_from_last_file: bool = False,
+        async_learner: bool = False,
+    ):
         self.store = store
         self.epochs = epochs
         self.broker_id = broker_id
@@ -83,8 +91,9 @@ class HAClient:
                 await self._session(reader, writer)
             except ReplicationRefused as exc:
                 self.refused = str(exc)
-                log.error("replication from %s refused: %s; manual intervention needed (retrying in %.0f s)", addr,
-                          exc, REFUSED_RETRY_S)
+                log.error(
+                    "replication from %s refused: %s; manual intervention needed (retrying in %.0f s)", addr, exc, REFUSED_RETRY_S
+                )
                 backoff = REFUSED_RETRY_S
             except (OSError, TimeoutError, asyncio.IncompleteReadError, PacketError, ReplicationError) as exc:
                 log.info("HA link to %s down (%s: %s); reconnecting in %.1f s", addr, type(exc).__name__, exc, backoff)
@@ -185,8 +194,9 @@ class HAClient:
                 last_ack = time.monotonic()
 
     async def _restart_at(self, offset: int) -> None:
-        log.info("replica log restarts at the master's offset %d (it had %d..%d)", offset, self.store.min_offset,
-                 self.store.max_offset)
+        log.info(
+            "replica log restarts at the master's offset %d (it had %d..%d)", offset, self.store.min_offset, self.store.max_offset
+        )
         self.epochs.truncate_suffix_by_offset(-1)
         await self.store.restart_at(offset)
 
@@ -196,8 +206,11 @@ class HAClient:
         store = self.store
         if not self.epochs.entries:
             if store.max_offset > store.min_offset:
-                log.warning("replica log %d..%d has no epoch entries; it is discarded and copied again",
-                            store.min_offset, store.max_offset)
+                log.warning(
+                    "replica log %d..%d has no epoch entries; it is discarded and copied again",
+                    store.min_offset,
+                    store.max_offset,
+                )
                 await store.restart_at(0)
             return True
         if not master:
@@ -206,15 +219,18 @@ class HAClient:
         plan = plan_catch_up(store.min_offset, store.max_offset, master[0].start_offset, master_max, point)
         self.last_truncation = (str(plan.case), plan.offset)
         if plan.action == "REFUSE":
-            raise ReplicationRefused(f"fork case {plan.case}: replica log {store.min_offset}..{store.max_offset}, "
-                                     f"master up to {master_max}, consistent point {point}")
+            raise ReplicationRefused(
+                f"fork case {plan.case}: replica log {store.min_offset}..{store.max_offset}, "
+                f"master up to {master_max}, consistent point {point}"
+            )
         if plan.action == "START_FROM_MASTER_MIN":
             self.epochs.truncate_suffix_by_offset(-1)
             await store.restart_at(0)
             return True
         if plan.offset < store.max_offset:
-            log.warning("fork case %s: cutting this replica's log at %d (it ended at %d)", plan.case, plan.offset,
-                        store.max_offset)
+            log.warning(
+                "fork case %s: cutting this replica's log at %d (it ended at %d)", plan.case, plan.offset, store.max_offset
+            )
             self.epochs.truncate_suffix_by_offset(plan.offset)  # the epoch file first: see docs/replication.md
             await store.truncate(plan.offset)
         return False

@@ -59,9 +59,15 @@ def py_prepare(messages: Sequence[Message], limit: int) -> tuple[list[Record], l
     return records, rejects
 
 
-def py_encode_run(records: list[Record], start: int, stop: int, physical: int, now: int,
-                  queues: dict[tuple[str, int], ConsumeQueue],
-                  get_queue: Callable[[str, int], ConsumeQueue]) -> tuple[bytes, list[PutResult], Entries]:
+def py_encode_run(
+    records: list[Record],
+    start: int,
+    stop: int,
+    physical: int,
+    now: int,
+    queues: dict[tuple[str, int], ConsumeQueue],
+    get_queue: Callable[[str, int], ConsumeQueue],
+) -> tuple[bytes, list[PutResult], Entries]:
     chunks: list[bytes] = []
     results: list[PutResult] = []
     runs: dict[tuple[str, int], list] = {}  # (topic, queue id) -> [queue, first, next, entries]
@@ -86,19 +92,27 @@ def py_encode_run(records: list[Record], start: int, stop: int, physical: int, n
     return b"".join(chunks), results, entries
 
 
-def native_rules(*, max_topic_length: int = m.MAX_TOPIC_LENGTH,
-                 max_properties_length: int = m.MAX_PROPERTIES_LENGTH) -> dict[str, object]:
+def native_rules(
+    *, max_topic_length: int = m.MAX_TOPIC_LENGTH, max_properties_length: int = m.MAX_PROPERTIES_LENGTH
+) -> dict[str, object]:
     """Every limit the native codec enforces and every refusal it gives, rendered from message.py
     (the keyword arguments exist for tests that prove the C code reads them from here)."""
     return {
-        "head_body_size": HEAD_BODY_SIZE, "entry_size": ENTRY.size, "magic": m.MESSAGE_MAGIC_CODE & 0xFFFFFFFF,
-        "min_topic_length": m.MIN_TOPIC_LENGTH, "max_topic_length": max_topic_length,
+        "head_body_size": HEAD_BODY_SIZE,
+        "entry_size": ENTRY.size,
+        "magic": m.MESSAGE_MAGIC_CODE & 0xFFFFFFFF,
+        "min_topic_length": m.MIN_TOPIC_LENGTH,
+        "max_topic_length": max_topic_length,
         "max_properties_length": max_properties_length,
-        "illegal": PutMessageStatus.MESSAGE_ILLEGAL.value, "exceeded": PutMessageStatus.PROPERTIES_SIZE_EXCEEDED.value,
-        "topic_type": m.TOPIC_TYPE, "topic_utf8": m.TOPIC_UTF8,
+        "illegal": PutMessageStatus.MESSAGE_ILLEGAL.value,
+        "exceeded": PutMessageStatus.PROPERTIES_SIZE_EXCEEDED.value,
+        "topic_type": m.TOPIC_TYPE,
+        "topic_utf8": m.TOPIC_UTF8,
         "topic_length": m.TOPIC_LENGTH.format(min=m.MIN_TOPIC_LENGTH, max=max_topic_length),
-        "properties_type": m.PROPERTIES_TYPE, "properties_utf8": m.PROPERTIES_UTF8,
-        "properties_size": m.PROPERTIES_SIZE.format(max=max_properties_length), "body_type": m.BODY_TYPE,
+        "properties_type": m.PROPERTIES_TYPE,
+        "properties_utf8": m.PROPERTIES_UTF8,
+        "properties_size": m.PROPERTIES_SIZE.format(max=max_properties_length),
+        "body_type": m.BODY_TYPE,
         "record_size": m.RECORD_SIZE,  # formatted by the C code with the record's size
         "ints": tuple((name, lo, hi, m.INT_FIELD.format(name=name, lo=lo, hi=hi)) for name, lo, hi in m.INT_FIELDS),
         "hosts": tuple((name, *m.PORT_RANGE, m.HOST_FIELD.format(name=name)) for name in m.HOST_FIELDS),
@@ -111,8 +125,17 @@ def configure(native: ModuleType, rules: dict[str, object] | None = None) -> boo
     from isal import isal_zlib
 
     # isal's extension exports ISA-L's C function: with it the CRCs run without the GIL.
-    return bool(native.configure(PutResult, _OK, isal_zlib.crc32, Message, isal_zlib.__file__, "crc32_gzip_refl",
-                                 native_rules() if rules is None else rules))
+    return bool(
+        native.configure(
+            PutResult,
+            _OK,
+            isal_zlib.crc32,
+            Message,
+            isal_zlib.__file__,
+            "crc32_gzip_refl",
+            native_rules() if rules is None else rules,
+        )
+    )
 
 
 def _native() -> ModuleType | None:
@@ -123,12 +146,17 @@ def _native() -> ModuleType | None:
     try:
         from . import _codec  # type: ignore[attr-defined]  # built by the editable install, maybe not
     except ImportError:
-        log.warning("the store's native codec is not built (no C compiler at install?): using the Python one, "
-                    "about 10x slower per message; `make venv` builds it")
+        log.warning(
+            "the store's native codec is not built (no C compiler at install?): using the Python one, "
+            "about 10x slower per message; `make venv` builds it"
+        )
         return None
     if getattr(_codec, "ABI", None) != NATIVE_ABI:
-        log.warning("the store's native codec is stale (ABI %s, want %s): using the Python one; rebuild with "
-                    "`pip install -e .`", getattr(_codec, "ABI", None), NATIVE_ABI)
+        log.warning(
+            "the store's native codec is stale (ABI %s, want %s): using the Python one; rebuild with `pip install -e .`",
+            getattr(_codec, "ABI", None),
+            NATIVE_ABI,
+        )
         return None
     try:
         NATIVE_CRC = configure(_codec)

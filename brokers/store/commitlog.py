@@ -138,7 +138,7 @@ class CommitLog:
             if seg.fd < 0:
                 self._create(seg)
             for first in range(0, len(chunks), _IOV_MAX):
-                part = chunks[first:first + _IOV_MAX]
+                part = chunks[first : first + _IOV_MAX]
                 want = sum(map(len, part))
                 written = os.pwritev(seg.fd, part, at)
                 if written != want:  # a short write (disk full): write the rest, or fail
@@ -224,7 +224,7 @@ class CommitLog:
         the offset where the valid log ends, or quietly at the end of the last segment."""
         for n, seg in enumerate(self.segments):
             last = n == len(self.segments) - 1
-            with (mmap.mmap(seg.fd, seg.length, access=mmap.ACCESS_READ) if seg.length else nullcontext(b"")) as view:
+            with mmap.mmap(seg.fd, seg.length, access=mmap.ACCESS_READ) if seg.length else nullcontext(b"") as view:
                 pos = 0
                 while True:
                     if pos == seg.length:

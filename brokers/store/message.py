@@ -137,8 +137,14 @@ def _topic_bytes(topic: str) -> bytes:
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 # The integer fields of a record and their ranges, in the order they are checked.
-INT_FIELDS = (("queue_id", 0, _INT32[1]), ("flag", *_INT32), ("sys_flag", *_INT32), ("born_timestamp", *_INT64),
-              ("reconsume_times", *_INT32), ("prepared_transaction_offset", *_INT64))
+INT_FIELDS = (
+    ("queue_id", 0, _INT32[1]),
+    ("flag", *_INT32),
+    ("sys_flag", *_INT32),
+    ("born_timestamp", *_INT64),
+    ("reconsume_times", *_INT32),
+    ("prepared_transaction_offset", *_INT64),
+)
 # The (host, port) fields and the range of their ports, in the order they are checked.
 HOST_FIELDS = ("born_host", "store_host")
 PORT_RANGE = _INT32
@@ -166,8 +172,13 @@ def validate(msg: Message) -> tuple[bytes, bytes]:
             raise IllegalMessage(INT_FIELD.format(name=name, lo=lo, hi=hi))
     for name in HOST_FIELDS:
         host = getattr(msg, name)
-        if not (isinstance(host, tuple) and len(host) == 2 and isinstance(host[0], str) and isinstance(host[1], int)
-                and PORT_RANGE[0] <= host[1] <= PORT_RANGE[1]):
+        if not (
+            isinstance(host, tuple)
+            and len(host) == 2
+            and isinstance(host[0], str)
+            and isinstance(host[1], int)
+            and PORT_RANGE[0] <= host[1] <= PORT_RANGE[1]
+        ):
             raise IllegalMessage(HOST_FIELD.format(name=name))
     return topic, props
 
@@ -189,14 +200,35 @@ def encode_head(msg: Message, size: int, crc: int, queue_offset: int, physical_o
     """The record's bytes before the body (the fixed fields and the body length)."""
     born, stored = msg.born_host, msg.store_host
     return _HEAD_BODY_LEN.pack(
-        size, MESSAGE_MAGIC_CODE, crc, msg.queue_id, msg.flag, queue_offset, physical_offset,
-        msg.sys_flag, msg.born_timestamp, _ip(born[0]), born[1], store_timestamp,
-        _ip(stored[0]), stored[1], msg.reconsume_times, msg.prepared_transaction_offset, len(msg.body),
+        size,
+        MESSAGE_MAGIC_CODE,
+        crc,
+        msg.queue_id,
+        msg.flag,
+        queue_offset,
+        physical_offset,
+        msg.sys_flag,
+        msg.born_timestamp,
+        _ip(born[0]),
+        born[1],
+        store_timestamp,
+        _ip(stored[0]),
+        stored[1],
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(msg.body),
     )
 
 
-def encode(msg: Message, *, queue_offset: int, physical_offset: int, store_timestamp: int,
-           topic: bytes | None = None, props: bytes | None = None) -> bytes:
+def encode(
+    msg: Message,
+    *,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    topic: bytes | None = None,
+    props: bytes | None = None,
+) -> bytes:
     """The record of ``msg``; pass ``topic``/``props`` from ``validate`` to skip validating twice."""
     if topic is None or props is None:
         topic, props = validate(msg)
@@ -234,18 +266,34 @@ def decode(buf: Readable, pos: int = 0, *, check_crc: bool = True) -> Message | 
             raise CorruptRecord(f"bad magic code {magic}")
         if size < FIXED_SIZE or pos + size > len(view):
             raise CorruptRecord("torn record")
-        (size, _, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_ip, born_port, store_ts,
-         store_ip, store_port, reconsume, prepared) = _HEAD.unpack_from(view, pos)
+        (
+            size,
+            _,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_ts,
+            born_ip,
+            born_port,
+            store_ts,
+            store_ip,
+            store_port,
+            reconsume,
+            prepared,
+        ) = _HEAD.unpack_from(view, pos)
         p = pos + HEAD_SIZE
         body_len = _INT.unpack_from(view, p)[0]
         p += 4
         if body_len < 0 or p + body_len + 3 > pos + size:
             raise CorruptRecord("body length beyond the record")
-        body = bytes(view[p:p + body_len])
+        body = bytes(view[p : p + body_len])
         p += body_len
         topic_len = view[p]
         p += 1
-        topic = bytes(view[p:p + topic_len]).decode(errors="replace")
+        topic = bytes(view[p : p + topic_len]).decode(errors="replace")
         p += topic_len
         if p + 2 > pos + size:
             raise CorruptRecord("topic beyond the record")
@@ -253,14 +301,23 @@ def decode(buf: Readable, pos: int = 0, *, check_crc: bool = True) -> Message | 
         p += 2
         if props_len < 0 or p + props_len != pos + size:
             raise CorruptRecord("record length does not add up")
-        props = decode_properties(bytes(view[p:p + props_len]))
+        props = decode_properties(bytes(view[p : p + props_len]))
         if check_crc and body_crc(body) != crc:
             raise CorruptRecord("body CRC mismatch")
         return Message(
-            topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag, sys_flag=sys_flag,
-            born_timestamp=born_ts, born_host=_unhost(born_ip + born_port.to_bytes(4, "big", signed=True)),
-            store_timestamp=store_ts, store_host=_unhost(store_ip + store_port.to_bytes(4, "big", signed=True)),
-            reconsume_times=reconsume, prepared_transaction_offset=prepared, queue_offset=queue_offset,
+            topic=topic,
+            queue_id=queue_id,
+            body=body,
+            properties=props,
+            flag=flag,
+            sys_flag=sys_flag,
+            born_timestamp=born_ts,
+            born_host=_unhost(born_ip + born_port.to_bytes(4, "big", signed=True)),
+            store_timestamp=store_ts,
+            store_host=_unhost(store_ip + store_port.to_bytes(4, "big", signed=True)),
+            reconsume_times=reconsume,
+            prepared_transaction_offset=prepared,
+            queue_offset=queue_offset,
             physical_offset=physical_offset,
         )
 

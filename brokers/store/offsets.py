@@ -53,7 +53,12 @@ class ConsumerOffsets:
         return self.offsets.get(self.key(group, topic, queue_id))
 
     def persist(self) -> None:
-        body = {"offsetTable": self.offsets, "dataVersion": {"stateVersion": self.data_version.state_version,
-                                                             "counter": self.data_version.counter,
-                                                             "timestamp": self.data_version.timestamp}}
+        body = {
+            "offsetTable": self.offsets,
+            "dataVersion": {
+                "stateVersion": self.data_version.state_version,
+                "counter": self.data_version.counter,
+                "timestamp": self.data_version.timestamp,
+            },
+        }
         write_json_atomically(self.path, body)

@@ -164,8 +164,14 @@ class MessageStore:
         entries below it, so the gap is filled with holes (size 0) that readers skip."""
         cq = self.consume_queues.get(msg.topic, msg.queue_id)
         if msg.queue_offset < cq.max_offset:
-            log.warning("record at %d has queue offset %d but %s/%d is at %d; not dispatched", offset,
-                        msg.queue_offset, msg.topic, msg.queue_id, cq.max_offset)
+            log.warning(
+                "record at %d has queue offset %d but %s/%d is at %d; not dispatched",
+                offset,
+                msg.queue_offset,
+                msg.topic,
+                msg.queue_id,
+                cq.max_offset,
+            )
             return
         while cq.max_offset < msg.queue_offset:
             cq.add(-1, 0, 0)
@@ -187,9 +193,11 @@ class MessageStore:
         self._acks = asyncio.Queue()
         self._write_error = None
         self._written = asyncio.Event()
-        self._tasks = [loop.create_task(self._writer(), name="store-writer"),
-                       loop.create_task(self._acker(), name="store-acker"),
-                       loop.create_task(self._checkpointer(), name="store-checkpoint")]
+        self._tasks = [
+            loop.create_task(self._writer(), name="store-writer"),
+            loop.create_task(self._acker(), name="store-acker"),
+            loop.create_task(self._checkpointer(), name="store-checkpoint"),
+        ]
         if self.config.flush_disk_type is FlushDiskType.ASYNC_FLUSH:
             self._tasks.append(loop.create_task(self._flusher(), name="store-flusher"))
         self.running = True
@@ -357,7 +365,7 @@ class MessageStore:
             at = 0
             for rs, fut in batch:
                 if not fut.done():
-                    fut.set_result(flat[at:at + len(rs)])
+                    fut.set_result(flat[at : at + len(rs)])
                 at += len(rs)
 
     def _failed(self, exc: BaseException, count: int) -> list[PutResult]:
@@ -490,7 +498,7 @@ class MessageStore:
             if isinstance(record, Blank):
                 size = record.size
             else:
-                size = int.from_bytes(buf[pos:pos + 4], "big")
+                size = int.from_bytes(buf[pos : pos + 4], "big")
                 self._dispatch_record(base + pos, size, record, publish=False)
             pos += size
         self._reput_carry = buf[pos:]
@@ -537,8 +545,9 @@ class MessageStore:
         cq = self.consume_queues.queues.get((topic, queue_id))
         if cq is None:
             return []
-        return [self.commit_log.read_message(phys, size)
-                for _, phys, size, _ in cq.entries(queue_offset, max_count) if size > 0]  # size 0: a hole
+        return [
+            self.commit_log.read_message(phys, size) for _, phys, size, _ in cq.entries(queue_offset, max_count) if size > 0
+        ]  # size 0: a hole
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset consumers can read (published entries)."""

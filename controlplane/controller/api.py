@@ -43,10 +43,15 @@ def state_body(state: SyncState | None) -> dict:
 def _answer(outcome: services.Outcome, *, ok_codes=(C.SUCCESS,)) -> dict:
     code = C(outcome.code)
     if code in ok_codes:
-        return {"code": int(code), "name": code.name, **state_body(outcome.state),
-                **({"detail": outcome.detail} if outcome.detail else {})}
-    raise ApiError(code, outcome.detail or code.name, HTTP_STATUS.get(code, status.HTTP_409_CONFLICT),
-                   **state_body(outcome.state))
+        return {
+            "code": int(code),
+            "name": code.name,
+            **state_body(outcome.state),
+            **({"detail": outcome.detail} if outcome.detail else {}),
+        }
+    raise ApiError(
+        code, outcome.detail or code.name, HTTP_STATUS.get(code, status.HTTP_409_CONFLICT), **state_body(outcome.state)
+    )
 
 
 def _valid(serializer_class, data):
@@ -58,14 +63,20 @@ def _valid(serializer_class, data):
 def next_broker_id(data: dict, who: str) -> dict:
     name = data.get("brokerName")
     _valid(ElectSerializer, {"brokerName": name})  # same name rules
-    return {"code": 0, "name": "SUCCESS", "clusterName": data.get("clusterName"), "brokerName": name,
-            "nextBrokerId": services.get_next_broker_id(name)}
+    return {
+        "code": 0,
+        "name": "SUCCESS",
+        "clusterName": data.get("clusterName"),
+        "brokerName": name,
+        "nextBrokerId": services.get_next_broker_id(name),
+    }
 
 
 def apply_broker_id(data: dict, who: str) -> dict:
     d = _valid(ApplyBrokerIdSerializer, data).validated_data
-    outcome = services.apply_broker_id(d["clusterName"], d["brokerName"], d["appliedBrokerId"],
-                                       d["registerCheckCode"], requested_by=who)
+    outcome = services.apply_broker_id(
+        d["clusterName"], d["brokerName"], d["appliedBrokerId"], d["registerCheckCode"], requested_by=who
+    )
     return _answer(outcome)
 
 
@@ -81,8 +92,17 @@ def register(data: dict, who: str) -> dict:
 
 def heartbeat_beat(data: dict) -> liveness.Beat:
     d = _valid(HeartbeatSerializer, data).validated_data
-    return liveness.Beat(d["clusterName"], d["brokerName"], d["brokerId"], d["brokerAddr"], d["epoch"], d["maxOffset"],
-                         d["confirmOffset"], d["electionPriority"], d["heartbeatTimeoutMillis"])
+    return liveness.Beat(
+        d["clusterName"],
+        d["brokerName"],
+        d["brokerId"],
+        d["brokerAddr"],
+        d["epoch"],
+        d["maxOffset"],
+        d["confirmOffset"],
+        d["electionPriority"],
+        d["heartbeatTimeoutMillis"],
+    )
 
 
 def heartbeat(data: dict, who: str) -> dict:
@@ -98,22 +118,29 @@ def elect(data: dict, who: str, *, operator: bool) -> dict:
         trigger = Trigger.OPERATOR
     else:
         if d.get("brokerId") is None:
-            raise ApiError(C.CONTROLLER_INVALID_REQUEST, "a broker-triggered election carries the broker's id",
-                           status.HTTP_400_BAD_REQUEST)
+            raise ApiError(
+                C.CONTROLLER_INVALID_REQUEST, "a broker-triggered election carries the broker's id", status.HTTP_400_BAD_REQUEST
+            )
         if d["designateElect"]:
             raise ApiError(C.NO_PERMISSION, "only operators designate a master", status.HTTP_403_FORBIDDEN)
         trigger = Trigger.BROKER
-    outcome = services.elect_master(d["brokerName"], broker_id=d.get("brokerId"), designate=d["designateElect"],
-                                    trigger=trigger, requested_by=who)
+    outcome = services.elect_master(
+        d["brokerName"], broker_id=d.get("brokerId"), designate=d["designateElect"], trigger=trigger, requested_by=who
+    )
     # MASTER_STILL_EXIST is treated as success by brokers (reference §1.5 step 5).
     return _answer(outcome, ok_codes=(C.SUCCESS, C.CONTROLLER_MASTER_STILL_EXIST))
 
 
 def alter(data: dict, who: str) -> dict:
     d = _valid(AlterSerializer, data).validated_data
-    outcome = services.alter_sync_state_set(d["brokerName"], master_broker_id=d["masterBrokerId"],
-                                            master_epoch=d["masterEpoch"], new_sync_state_set=set(d["syncStateSet"]),
-                                            sync_state_set_epoch=d["syncStateSetEpoch"], requested_by=who)
+    outcome = services.alter_sync_state_set(
+        d["brokerName"],
+        master_broker_id=d["masterBrokerId"],
+        master_epoch=d["masterEpoch"],
+        new_sync_state_set=set(d["syncStateSet"]),
+        sync_state_set_epoch=d["syncStateSetEpoch"],
+        requested_by=who,
+    )
     return _answer(outcome)
 
 
@@ -128,6 +155,7 @@ def replica_info(data: dict, who: str) -> dict:
 
 def clean(data: dict, who: str) -> dict:
     s = _valid(CleanSerializer, data)
-    outcome = services.clean_broker_data(s.validated_data["brokerName"], s.ids(),
-                                         clean_living=s.validated_data["isCleanLivingBroker"], requested_by=who)
+    outcome = services.clean_broker_data(
+        s.validated_data["brokerName"], s.ids(), clean_living=s.validated_data["isCleanLivingBroker"], requested_by=who
+    )
     return _answer(outcome)

@@ -5,8 +5,19 @@ from __future__ import annotations
 from .core.invariants import Row, Violation, check
 from .models import Transition
 
-FIELDS = ("id", "broker_name", "kind", "old_master_broker_id", "new_master_broker_id", "old_master_epoch",
-          "new_master_epoch", "old_sync_state_set_epoch", "new_sync_state_set_epoch", "new_sync_state_set", "detail")
+FIELDS = (
+    "id",
+    "broker_name",
+    "kind",
+    "old_master_broker_id",
+    "new_master_broker_id",
+    "old_master_epoch",
+    "new_master_epoch",
+    "old_sync_state_set_epoch",
+    "new_sync_state_set_epoch",
+    "new_sync_state_set",
+    "detail",
+)
 
 
 def check_history(broker_names: list[str] | None = None) -> list[Violation]:

@@ -24,7 +24,9 @@ DEFAULT_TIMEOUT_MILLIS = 10_000  # DEFAULT_BROKER_CHANNEL_EXPIRED_TIME in the co
 # member, addr, epoch, maxOffset, confirmOffset, priority, timeout, channel ('' = do not bind).
 # (epoch, maxOffset, confirmOffset) only move forward: a larger epoch, or the same epoch with a
 # larger maxOffset (a truncated replica keeps its old, higher maxOffset until its epoch grows).
-_HEARTBEAT = LUA_NOW_MS_OR_ARGV1 + """
+_HEARTBEAT = (
+    LUA_NOW_MS_OR_ARGV1
+    + """
 for i = 3, #ARGV, 8 do
   local m = ARGV[i]
   local k = ARGV[2] .. m
@@ -40,9 +42,12 @@ for i = 3, #ARGV, 8 do
 end
 return now
 """
+)
 
 # ARGV: clock, hash key prefix, members. Returns {now, fields of member 1, fields of member 2, ...}.
-_READ = LUA_NOW_MS_OR_ARGV1 + """
+_READ = (
+    LUA_NOW_MS_OR_ARGV1
+    + """
 local out = {now}
 for i = 3, #ARGV do
   out[#out + 1] = redis.call('HMGET', ARGV[2] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
@@ -50,10 +55,10 @@ for i = 3, #ARGV do
 end
 return out
 """
+)
 
 # KEYS: deadline zset. ARGV: clock. Returns members whose deadline has passed.
 _EXPIRED = LUA_NOW_MS_OR_ARGV1 + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
-
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,16 @@ def _keys() -> tuple[str, str]:
 def _args(beats: Sequence[tuple[Beat, str]], now_ms: int | None) -> list:
     args: list = [clock_arg(now_ms), _prefix()]
     for b, channel in beats:
-        args += [b.member, b.broker_addr, b.epoch, b.max_offset, b.confirm_offset, b.election_priority,
-                 b.heartbeat_timeout_millis, channel]
+        args += [
+            b.member,
+            b.broker_addr,
+            b.epoch,
+            b.max_offset,
+            b.confirm_offset,
+            b.election_priority,
+            b.heartbeat_timeout_millis,
+            channel,
+        ]
     return args
 
 
@@ -109,20 +122,17 @@ async def heartbeat_async(beats: Sequence[tuple[Beat, str]], now_ms: int | None 
         await async_client().eval(_HEARTBEAT, 2, *_keys(), *_args(beats, now_ms))
 
 
-def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int],
-               now_ms: int | None = None) -> dict[int, LiveInfo]:
+def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int], now_ms: int | None = None) -> dict[int, LiveInfo]:
     """The heartbeat table for these replicas, judged alive against one clock reading."""
     ids = sorted(set(broker_ids))
     if not ids:
         return {}
-    reply = sync_client().eval(_READ, 0, clock_arg(now_ms), _prefix(),
-                               *(member(cluster_name, broker_name, i) for i in ids))
+    reply = sync_client().eval(_READ, 0, clock_arg(now_ms), _prefix(), *(member(cluster_name, broker_name, i) for i in ids))
     now = int(reply[0])
     return {broker_id: _live_info(broker_id, fields, now) for broker_id, fields in zip(ids, reply[1:], strict=True)}
 
 
-def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]],
-                    now_ms: int | None = None) -> dict[str, dict[int, LiveInfo]]:
+def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]], now_ms: int | None = None) -> dict[str, dict[int, LiveInfo]]:
     """``live_infos`` for many broker sets in one round trip (the inactive-master scan)."""
     wanted = [(cluster, name, sorted(set(ids))) for cluster, name, ids in sets]
     members = [member(c, n, i) for c, n, ids in wanted for i in ids]
@@ -141,8 +151,15 @@ def _live_info(broker_id: int, fields, now: int) -> LiveInfo:
     addr, epoch, max_offset, confirm, priority, timeout, last = fields
     if last is None:
         return LiveInfo(broker_id, alive=False)
-    return LiveInfo(broker_id, alive=int(last) + int(timeout) >= now, epoch=int(epoch), max_offset=int(max_offset),
-                    confirm_offset=int(confirm), election_priority=int(priority), broker_address=addr or "")
+    return LiveInfo(
+        broker_id,
+        alive=int(last) + int(timeout) >= now,
+        epoch=int(epoch),
+        max_offset=int(max_offset),
+        confirm_offset=int(confirm),
+        election_priority=int(priority),
+        broker_address=addr or "",
+    )
 
 
 def forget(members: Iterable[str]) -> None:

@@ -85,12 +85,15 @@ class Transition(models.Model):
         ordering = ["id"]
         constraints = [
             # At most one elect row per (brokerName, masterEpoch): two masters of one epoch cannot be committed.
-            models.UniqueConstraint(fields=["broker_name", "new_master_epoch"], condition=Q(kind="elect"),
-                                    name="one_elect_per_master_epoch"),
-            models.CheckConstraint(condition=Q(new_master_epoch__gte=models.F("old_master_epoch")),
-                                   name="master_epoch_never_decreases"),
-            models.CheckConstraint(condition=Q(new_sync_state_set_epoch__gte=models.F("old_sync_state_set_epoch")),
-                                   name="ss_epoch_never_decreases"),
+            models.UniqueConstraint(
+                fields=["broker_name", "new_master_epoch"], condition=Q(kind="elect"), name="one_elect_per_master_epoch"
+            ),
+            models.CheckConstraint(
+                condition=Q(new_master_epoch__gte=models.F("old_master_epoch")), name="master_epoch_never_decreases"
+            ),
+            models.CheckConstraint(
+                condition=Q(new_sync_state_set_epoch__gte=models.F("old_sync_state_set_epoch")), name="ss_epoch_never_decreases"
+            ),
         ]
 
 

@@ -22,8 +22,10 @@ def state_of(row: ReplicaGroup, replicas=None) -> SyncState:
         master_epoch=row.master_epoch,
         sync_state_set_epoch=row.sync_state_set_epoch,
         sync_state_set=frozenset(r.broker_id for r in replicas if r.in_sync_state_set),
-        replicas=tuple(ReplicaValue(r.broker_id, r.broker_address, r.register_check_code)
-                       for r in sorted(replicas, key=lambda r: r.broker_id)),
+        replicas=tuple(
+            ReplicaValue(r.broker_id, r.broker_address, r.register_check_code)
+            for r in sorted(replicas, key=lambda r: r.broker_id)
+        ),
         next_assign_broker_id=row.next_assign_broker_id,
     )
 

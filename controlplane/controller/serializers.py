@@ -14,8 +14,9 @@ class ApplyBrokerIdSerializer(serializers.Serializer):
     clusterName = _name()
     brokerName = _name()
     appliedBrokerId = serializers.IntegerField(min_value=1, max_value=MAX_ID)
-    registerCheckCode = serializers.RegexField(r"^[^;\s]+:\d{1,5};\d+$", max_length=300,
-                                               error_messages={"invalid": "must be '<brokerAddr>;<millis>'"})
+    registerCheckCode = serializers.RegexField(
+        r"^[^;\s]+:\d{1,5};\d+$", max_length=300, error_messages={"invalid": "must be '<brokerAddr>;<millis>'"}
+    )
 
 
 class RegisterSerializer(serializers.Serializer):
@@ -29,8 +30,12 @@ class HeartbeatSerializer(serializers.Serializer):
     clusterName = _name()
     brokerName = _name()
     brokerAddr = _addr()
-    brokerId = serializers.IntegerField(min_value=1, max_value=MAX_ID, required=True,
-                                        error_messages={"required": "brokerId is required (2005 CONTROLLER_INVALID_REQUEST)"})
+    brokerId = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ID,
+        required=True,
+        error_messages={"required": "brokerId is required (2005 CONTROLLER_INVALID_REQUEST)"},
+    )
     epoch = serializers.IntegerField(min_value=-1, max_value=INT_MAX, default=-1)
     maxOffset = serializers.IntegerField(min_value=-1, max_value=MAX_ID, default=-1)
     confirmOffset = serializers.IntegerField(min_value=-1, max_value=MAX_ID, default=-1)
@@ -54,16 +59,21 @@ class AlterSerializer(serializers.Serializer):
     brokerName = _name()
     masterBrokerId = serializers.IntegerField(min_value=1, max_value=MAX_ID)
     masterEpoch = serializers.IntegerField(min_value=0, max_value=INT_MAX)
-    syncStateSet = serializers.ListField(child=serializers.IntegerField(min_value=1, max_value=MAX_ID),
-                                         allow_empty=False, max_length=1000)
+    syncStateSet = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=MAX_ID), allow_empty=False, max_length=1000
+    )
     syncStateSetEpoch = serializers.IntegerField(min_value=0, max_value=INT_MAX)
 
 
 class CleanSerializer(serializers.Serializer):
     clusterName = _name(required=False)
     brokerName = _name()
-    brokerControllerIdsToClean = serializers.RegexField(r"^\s*(\d+\s*(;\s*\d+\s*)*)?;?$", required=False, allow_blank=True,
-                                                        error_messages={"invalid": "ids separated by ';', e.g. 1;2"})
+    brokerControllerIdsToClean = serializers.RegexField(
+        r"^\s*(\d+\s*(;\s*\d+\s*)*)?;?$",
+        required=False,
+        allow_blank=True,
+        error_messages={"invalid": "ids separated by ';', e.g. 1;2"},
+    )
     isCleanLivingBroker = serializers.BooleanField(default=False)
 
     def ids(self) -> set[int] | None:

@@ -115,9 +115,13 @@ def _locked(broker_name: str) -> _Locked:
 def _store(gid: int, old: SyncState, new: SyncState) -> None:
     """The general write, for the rare operations (ids, addresses, clean-up)."""
     ReplicaGroup.objects.filter(pk=gid).update(
-        cluster_name=new.cluster_name, master_broker_id=new.master_broker_id, master_epoch=new.master_epoch,
-        sync_state_set_epoch=new.sync_state_set_epoch, next_assign_broker_id=new.next_assign_broker_id,
-        updated_at=timezone.now())
+        cluster_name=new.cluster_name,
+        master_broker_id=new.master_broker_id,
+        master_epoch=new.master_epoch,
+        sync_state_set_epoch=new.sync_state_set_epoch,
+        next_assign_broker_id=new.next_assign_broker_id,
+        updated_at=timezone.now(),
+    )
     old_replicas = {r.broker_id: r for r in old.replicas}
     new_ids = new.replica_ids
     gone = [i for i in old_replicas if i not in new_ids]
@@ -127,19 +131,40 @@ def _store(gid: int, old: SyncState, new: SyncState) -> None:
         in_set = r.broker_id in new.sync_state_set
         before = old_replicas.get(r.broker_id)
         if before is None:
-            Replica.objects.create(group_id=gid, broker_id=r.broker_id, broker_address=r.broker_address,
-                                   register_check_code=r.register_check_code, in_sync_state_set=in_set)
+            Replica.objects.create(
+                group_id=gid,
+                broker_id=r.broker_id,
+                broker_address=r.broker_address,
+                register_check_code=r.register_check_code,
+                in_sync_state_set=in_set,
+            )
         elif before != r or (r.broker_id in old.sync_state_set) != in_set:
             Replica.objects.filter(group_id=gid, broker_id=r.broker_id).update(
-                broker_address=r.broker_address, register_check_code=r.register_check_code, in_sync_state_set=in_set)
+                broker_address=r.broker_address, register_check_code=r.register_check_code, in_sync_state_set=in_set
+            )
 
 
 # Elections and alters change only the group's master and epochs and the membership flags: one
 # statement writes those and the history row (one round trip under the lock instead of five).
-_TRANSITION_COLUMNS = ("cluster_name", "broker_name", "kind", "trigger", "requested_by", "requested_broker_id",
-                       "old_master_broker_id", "new_master_broker_id", "old_master_epoch", "new_master_epoch",
-                       "old_sync_state_set_epoch", "new_sync_state_set_epoch", "old_sync_state_set", "new_sync_state_set",
-                       "candidates", "response_code", "detail")
+_TRANSITION_COLUMNS = (
+    "cluster_name",
+    "broker_name",
+    "kind",
+    "trigger",
+    "requested_by",
+    "requested_broker_id",
+    "old_master_broker_id",
+    "new_master_broker_id",
+    "old_master_epoch",
+    "new_master_epoch",
+    "old_sync_state_set_epoch",
+    "new_sync_state_set_epoch",
+    "old_sync_state_set",
+    "new_sync_state_set",
+    "candidates",
+    "response_code",
+    "detail",
+)
 _TRANSITION_SQL = f"""
 WITH g AS (
   UPDATE {_G} SET master_broker_id = %(master)s, master_epoch = %(new_master_epoch)s,
@@ -157,8 +182,17 @@ VALUES (%(cluster_name)s, %(broker_name)s, %(kind)s, %(trigger)s, %(requested_by
 """
 
 
-def _transition_values(kind: str, trigger: Trigger, old: SyncState, new: SyncState, decision: Decision, *,
-                       requested_by: str, requested_broker_id: int | None, live: dict[int, LiveInfo] | None) -> dict:
+def _transition_values(
+    kind: str,
+    trigger: Trigger,
+    old: SyncState,
+    new: SyncState,
+    decision: Decision,
+    *,
+    requested_by: str,
+    requested_broker_id: int | None,
+    live: dict[int, LiveInfo] | None,
+) -> dict:
     return {
         "cluster_name": new.cluster_name,
         "broker_name": new.broker_name,
@@ -180,19 +214,42 @@ def _transition_values(kind: str, trigger: Trigger, old: SyncState, new: SyncSta
     }
 
 
-def _write_transition(gid: int, kind: str, trigger: Trigger, old: SyncState, new: SyncState, decision: Decision, *,
-                      requested_by: str, requested_broker_id: int | None, live: dict[int, LiveInfo] | None = None) -> None:
-    values = _transition_values(kind, trigger, old, new, decision, requested_by=requested_by,
-                                requested_broker_id=requested_broker_id, live=live)
+def _write_transition(
+    gid: int,
+    kind: str,
+    trigger: Trigger,
+    old: SyncState,
+    new: SyncState,
+    decision: Decision,
+    *,
+    requested_by: str,
+    requested_broker_id: int | None,
+    live: dict[int, LiveInfo] | None = None,
+) -> None:
+    values = _transition_values(
+        kind, trigger, old, new, decision, requested_by=requested_by, requested_broker_id=requested_broker_id, live=live
+    )
     values.update(gid=gid, master=new.master_broker_id, candidates=json.dumps(values["candidates"]))
     with connection.cursor() as cur:
         cur.execute(_TRANSITION_SQL, values)
 
 
-def _record(kind: str, trigger: Trigger, old: SyncState, new: SyncState, decision: Decision, *,
-            requested_by: str, requested_broker_id: int | None, live: dict[int, LiveInfo] | None = None) -> None:
-    Transition.objects.create(**_transition_values(kind, trigger, old, new, decision, requested_by=requested_by,
-                                                   requested_broker_id=requested_broker_id, live=live))
+def _record(
+    kind: str,
+    trigger: Trigger,
+    old: SyncState,
+    new: SyncState,
+    decision: Decision,
+    *,
+    requested_by: str,
+    requested_broker_id: int | None,
+    live: dict[int, LiveInfo] | None = None,
+) -> None:
+    Transition.objects.create(
+        **_transition_values(
+            kind, trigger, old, new, decision, requested_by=requested_by, requested_broker_id=requested_broker_id, live=live
+        )
+    )
 
 
 def role_change_payload(state: SyncState) -> dict:
@@ -218,8 +275,15 @@ def notify_role_changed(state: SyncState, live: dict[int, LiveInfo] | None = Non
 
 # --- operations ----------------------------------------------------------------------------------
 
-def elect_master(broker_name: str, *, broker_id: int | None = None, designate: bool = False,
-                 trigger: Trigger = Trigger.BROKER, requested_by: str = "") -> Outcome:
+
+def elect_master(
+    broker_name: str,
+    *,
+    broker_id: int | None = None,
+    designate: bool = False,
+    trigger: Trigger = Trigger.BROKER,
+    requested_by: str = "",
+) -> Outcome:
     """``CONTROLLER_ELECT_MASTER`` (reference §1.5)."""
     request = rules.ElectRequest(broker_name, broker_id, designate, trigger)
     enable_unclean = current_config().enable_elect_unclean_master
@@ -230,21 +294,42 @@ def elect_master(broker_name: str, *, broker_id: int | None = None, designate: b
         decision = rules.elect_master(state, live, request, enable_unclean=enable_unclean)
         if decision.new_state is None:
             return Outcome(decision.code, state, decision.detail)
-        _write_transition(gid, TransitionKind.ELECT, trigger, state, decision.new_state, decision,
-                          requested_by=requested_by, requested_broker_id=broker_id, live=live)
+        _write_transition(
+            gid,
+            TransitionKind.ELECT,
+            trigger,
+            state,
+            decision.new_state,
+            decision,
+            requested_by=requested_by,
+            requested_broker_id=broker_id,
+            live=live,
+        )
         if decision.code == C.SUCCESS:
             transaction.on_commit(partial(notify_role_changed, decision.new_state, live), robust=True)
             transaction.on_commit(partial(announce_group_changed, broker_name), robust=True)
-    log.info("elect %s by %s: code %s, master %s, epoch %s", broker_name, trigger.value, decision.code,
-             decision.new_state.master_broker_id, decision.new_state.master_epoch)
+    log.info(
+        "elect %s by %s: code %s, master %s, epoch %s",
+        broker_name,
+        trigger.value,
+        decision.code,
+        decision.new_state.master_broker_id,
+        decision.new_state.master_epoch,
+    )
     return Outcome(decision.code, decision.new_state, decision.detail)
 
 
-def alter_sync_state_set(broker_name: str, *, master_broker_id: int, master_epoch: int, new_sync_state_set: set[int],
-                         sync_state_set_epoch: int, requested_by: str = "") -> Outcome:
+def alter_sync_state_set(
+    broker_name: str,
+    *,
+    master_broker_id: int,
+    master_epoch: int,
+    new_sync_state_set: set[int],
+    sync_state_set_epoch: int,
+    requested_by: str = "",
+) -> Outcome:
     """``CONTROLLER_ALTER_SYNC_STATE_SET`` (reference §1.7), fenced by both epochs."""
-    request = rules.AlterRequest(broker_name, master_broker_id, master_epoch, frozenset(new_sync_state_set),
-                                 sync_state_set_epoch)
+    request = rules.AlterRequest(broker_name, master_broker_id, master_epoch, frozenset(new_sync_state_set), sync_state_set_epoch)
     with transaction.atomic():
         locked = _locked(broker_name)
         gid, state = locked.gid, locked.state
@@ -252,8 +337,16 @@ def alter_sync_state_set(broker_name: str, *, master_broker_id: int, master_epoc
         decision = rules.alter_sync_state_set(state, alive, request)
         if decision.new_state is None:
             return Outcome(decision.code, state, decision.detail)
-        _write_transition(gid, TransitionKind.ALTER, Trigger.BROKER, state, decision.new_state, decision,
-                          requested_by=requested_by, requested_broker_id=master_broker_id)
+        _write_transition(
+            gid,
+            TransitionKind.ALTER,
+            Trigger.BROKER,
+            state,
+            decision.new_state,
+            decision,
+            requested_by=requested_by,
+            requested_broker_id=master_broker_id,
+        )
         transaction.on_commit(partial(announce_group_changed, broker_name), robust=True)
     return Outcome(decision.code, decision.new_state)
 
@@ -265,20 +358,30 @@ def get_next_broker_id(broker_name: str) -> int:
     return rules.next_broker_id(selectors.state_of(row) if row else None)
 
 
-def apply_broker_id(cluster_name: str, broker_name: str, broker_id: int, register_check_code: str,
-                    requested_by: str = "") -> Outcome:
+def apply_broker_id(
+    cluster_name: str, broker_name: str, broker_id: int, register_check_code: str, requested_by: str = ""
+) -> Outcome:
     """``CONTROLLER_APPLY_BROKER_ID`` (reference §1.8), idempotent for the same check code."""
     with transaction.atomic():
-        ReplicaGroup.objects.bulk_create([ReplicaGroup(cluster_name=cluster_name, broker_name=broker_name)],
-                                         ignore_conflicts=True)
+        ReplicaGroup.objects.bulk_create(
+            [ReplicaGroup(cluster_name=cluster_name, broker_name=broker_name)], ignore_conflicts=True
+        )
         locked = _locked(broker_name)
         gid, state = locked.gid, locked.state
-        decision = rules.apply_broker_id(state if state.replicas else None, cluster_name, broker_name, broker_id,
-                                         register_check_code)
+        decision = rules.apply_broker_id(
+            state if state.replicas else None, cluster_name, broker_name, broker_id, register_check_code
+        )
         if decision.new_state is not None:
             _store(gid, state, decision.new_state)
-            _record(TransitionKind.APPLY_BROKER_ID, Trigger.BROKER, state, decision.new_state, decision,
-                    requested_by=requested_by, requested_broker_id=broker_id)
+            _record(
+                TransitionKind.APPLY_BROKER_ID,
+                Trigger.BROKER,
+                state,
+                decision.new_state,
+                decision,
+                requested_by=requested_by,
+                requested_broker_id=broker_id,
+            )
         elif not state.replicas:
             ReplicaGroup.objects.filter(pk=gid).delete()  # the set only existed for this refused call
         return Outcome(decision.code, decision.new_state or state, decision.detail)
@@ -292,24 +395,40 @@ def register_broker(broker_name: str, broker_id: int, broker_address: str, reque
         decision = rules.register_broker(state, broker_id, broker_address, locked.live())
         if decision.new_state is not None:
             _store(gid, state, decision.new_state)
-            _record(TransitionKind.UPDATE_ADDRESS, Trigger.BROKER, state, decision.new_state, decision,
-                    requested_by=requested_by, requested_broker_id=broker_id)
+            _record(
+                TransitionKind.UPDATE_ADDRESS,
+                Trigger.BROKER,
+                state,
+                decision.new_state,
+                decision,
+                requested_by=requested_by,
+                requested_broker_id=broker_id,
+            )
         return Outcome(decision.code, decision.new_state or state, decision.detail, decision.extra)
 
 
-def clean_broker_data(broker_name: str, broker_ids: set[int] | None, *, clean_living: bool = False,
-                      requested_by: str = "") -> Outcome:
+def clean_broker_data(
+    broker_name: str, broker_ids: set[int] | None, *, clean_living: bool = False, requested_by: str = ""
+) -> Outcome:
     """``CLEAN_BROKER_DATA`` (reference §1.9): no epoch moves."""
     with transaction.atomic():
         locked = _locked(broker_name)
         gid, state = locked.gid, locked.state
         alive = [i for i, info in locked.live().items() if info.alive]
-        decision = rules.clean_broker_data(state, frozenset(broker_ids) if broker_ids else None,
-                                           clean_living=clean_living, alive=alive)
+        decision = rules.clean_broker_data(
+            state, frozenset(broker_ids) if broker_ids else None, clean_living=clean_living, alive=alive
+        )
         if decision.new_state is None:
             return Outcome(decision.code, state, decision.detail)
-        _record(TransitionKind.CLEAN, Trigger.OPERATOR, state, decision.new_state, decision,
-                requested_by=requested_by, requested_broker_id=None)
+        _record(
+            TransitionKind.CLEAN,
+            Trigger.OPERATOR,
+            state,
+            decision.new_state,
+            decision,
+            requested_by=requested_by,
+            requested_broker_id=None,
+        )
         if decision.extra.get("drop_set"):
             ReplicaGroup.objects.filter(pk=gid).delete()
         else:
@@ -323,6 +442,7 @@ def heartbeat(beat: liveness.Beat) -> None:
 
 
 # --- inactivity -----------------------------------------------------------------------------------
+
 
 def on_broker_inactive(cluster_name: str, broker_name: str, broker_id: int | None) -> Outcome | None:
     """``ControllerManager.onBrokerInactive``: elect when the master went away (or when called by the

@@ -113,8 +113,9 @@ def start_child(name: str, argv: list[str], env: dict[str, str] | None = None, l
     SIGTERM goes to the leader only (Celery then does its warm shutdown of its pool); the child dies
     with the launcher even when the launcher is killed with SIGKILL (PR_SET_PDEATHSIG).
     """
-    child = Process(name, argv, log_path or LOG_DIR / f"{name}.log", env, cwd=BASE_DIR, term_leader_only=True,
-                    die_with_parent=True)
+    child = Process(
+        name, argv, log_path or LOG_DIR / f"{name}.log", env, cwd=BASE_DIR, term_leader_only=True, die_with_parent=True
+    )
     try:
         return child.start()
     except OSError as exc:

@@ -70,9 +70,11 @@ def cmd_demo(port: int) -> int:
         print(ready_banner(base, token_path), flush=True)
         if brokers:
             grpc = ", ".join(f"{b.process.name} gRPC 127.0.0.1:{b.grpc_port}" for b in brokers)
-            print(f"  Replica group demo-a (controller mode, all-ack): {grpc}\n"
-                  f"  Topic DemoTopic. Kill a broker (kill -9 <pid>, logs in {display_path(LOG_DIR)}/) to watch a failover.\n",
-                  flush=True)
+            print(
+                f"  Replica group demo-a (controller mode, all-ack): {grpc}\n"
+                f"  Topic DemoTopic. Kill a broker (kill -9 <pid>, logs in {display_path(LOG_DIR)}/) to watch a failover.\n",
+                flush=True,
+            )
         while True:
             dead = first_dead(watched)
             if dead is not None:

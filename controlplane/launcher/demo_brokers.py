@@ -28,9 +28,16 @@ def _topics_file(root: Path) -> None:
     if topics.exists():
         return
     topics.parent.mkdir(parents=True, exist_ok=True)
-    topics.write_text(json.dumps({"topicConfigTable": {TOPIC: {
-        "topicName": TOPIC, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicSysFlag": 0}},
-        "dataVersion": {"stateVersion": 0, "counter": 1, "timestamp": 0}}))
+    topics.write_text(
+        json.dumps(
+            {
+                "topicConfigTable": {
+                    TOPIC: {"topicName": TOPIC, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicSysFlag": 0}
+                },
+                "dataVersion": {"stateVersion": 0, "counter": 1, "timestamp": 0},
+            }
+        )
+    )
 
 
 def start_demo_brokers(base: str, token_path: Path, env: dict[str, str]) -> list[DemoBroker]:
@@ -41,9 +48,21 @@ def start_demo_brokers(base: str, token_path: Path, env: dict[str, str]) -> list
         root = DATA_DIR / "demo-brokers" / name
         _topics_file(root)
         ports = BrokerPorts.reserve()
-        conf = write_broker_conf(root / "broker.conf", broker_keys(
-            "demo-a", root, ports, base, cluster="DemoCluster", token_file=token_path, enableControllerMode=True,
-            allAckInSyncStateSet=True, mappedFileSizeCommitLog=64 * 1024 * 1024, controllerHeartBeatTimeoutMills=3000))
+        conf = write_broker_conf(
+            root / "broker.conf",
+            broker_keys(
+                "demo-a",
+                root,
+                ports,
+                base,
+                cluster="DemoCluster",
+                token_file=token_path,
+                enableControllerMode=True,
+                allAckInSyncStateSet=True,
+                mappedFileSizeCommitLog=64 * 1024 * 1024,
+                controllerHeartBeatTimeoutMills=3000,
+            ),
+        )
         child = start_child(name, broker_argv(conf), env)
         log(f"started {name} (pid {child.pid}, log {display_path(child.log_path)})")
         brokers.append(DemoBroker(child, ports.grpc))

@@ -51,8 +51,14 @@ class IsolationResult:
 
     def as_dict(self) -> dict:
         t = self.target
-        return {"clusterName": t.cluster_name, "brokerName": t.broker_name, "brokerId": t.broker_id,
-                "brokerAddr": t.broker_addr, "isolated": self.isolated, "changed": self.changed}
+        return {
+            "clusterName": t.cluster_name,
+            "brokerName": t.broker_name,
+            "brokerId": t.broker_id,
+            "brokerAddr": t.broker_addr,
+            "isolated": self.isolated,
+            "changed": self.changed,
+        }
 
 
 def find_target(broker_name: str, broker_id: int) -> Target:
@@ -83,8 +89,9 @@ def set_isolated(cluster_name: str, broker_name: str, broker_addr: str, isolated
     (registry version), the broker hears it on its socket, pages hear that the group changed."""
     with transaction.atomic():
         if isolated:
-            _, changed = Isolation.objects.get_or_create(cluster_name=cluster_name, broker_addr=broker_addr,
-                                                         defaults={"broker_name": broker_name, "by": by})
+            _, changed = Isolation.objects.get_or_create(
+                cluster_name=cluster_name, broker_addr=broker_addr, defaults={"broker_name": broker_name, "by": by}
+            )
         else:
             changed = Isolation.objects.filter(cluster_name=cluster_name, broker_addr=broker_addr).delete()[0] > 0
         if changed:

@@ -36,16 +36,24 @@ class _IsolationView(APIView):
         return Response({"code": 0, "name": "SUCCESS", **outcome.as_dict()})
 
 
-@extend_schema(methods=["POST"], operation_id="isolateBroker", request=BrokerSerializer,
-               responses={200: IsolationSerializer, 400: _ERROR, 401: _ERROR, 403: _ERROR, 404: _ERROR},
-               description="Isolate one broker: it leaves the topic routes, is no candidate in elections and is "
-               "told to stop taking writes (now over its websocket, and in every registration answer).")
+@extend_schema(
+    methods=["POST"],
+    operation_id="isolateBroker",
+    request=BrokerSerializer,
+    responses={200: IsolationSerializer, 400: _ERROR, 401: _ERROR, 403: _ERROR, 404: _ERROR},
+    description="Isolate one broker: it leaves the topic routes, is no candidate in elections and is "
+    "told to stop taking writes (now over its websocket, and in every registration answer).",
+)
 class IsolateView(_IsolationView):
     isolated = True
 
 
-@extend_schema(methods=["POST"], operation_id="unisolateBroker", request=BrokerSerializer,
-               responses={200: IsolationSerializer, 400: _ERROR, 401: _ERROR, 403: _ERROR, 404: _ERROR},
-               description="Lift an isolation: the broker is back in routes and elections and takes writes again.")
+@extend_schema(
+    methods=["POST"],
+    operation_id="unisolateBroker",
+    request=BrokerSerializer,
+    responses={200: IsolationSerializer, 400: _ERROR, 401: _ERROR, 403: _ERROR, 404: _ERROR},
+    description="Lift an isolation: the broker is back in routes and elections and takes writes again.",
+)
 class UnisolateView(_IsolationView):
     isolated = False

@@ -94,9 +94,7 @@ def decide_register(
         return tuple(dict.fromkeys([a for a in addrs_before if a not in still] + list(extra)))
 
     # Step 4: one address, one id (a slave promoted to master re-registers as id 0 at its address).
-    kept = tuple(
-        m for m in group.members if not (m.broker_addr == request.broker_addr and m.broker_id != request.broker_id)
-    )
+    kept = tuple(m for m in group.members if not (m.broker_addr == request.broker_addr and m.broker_id != request.broker_id))
     group = replace(group, members=kept)
 
     # Step 5: double-master guard.
@@ -135,10 +133,7 @@ def decide_register(
     if is_master or is_prime_slave:
         # A newly added id counts as a first registration (``registerFirst |= oldAddr empty``).
         version_changed = (
-            register_first
-            or holder is None
-            or previous_at_addr is None
-            or previous_at_addr.data_version != request.data_version
+            register_first or holder is None or previous_at_addr is None or previous_at_addr.data_version != request.data_version
         )
         new_queue_data = {}
         for tc in request.topic_configs:
@@ -147,9 +142,7 @@ def decide_register(
             topic_perm = tc.perm
             if is_prime_slave and request.enable_acting_master:
                 topic_perm = P.without_write(topic_perm)
-            qd = QueueData(
-                request.broker_name, tc.read_queue_nums, tc.write_queue_nums, topic_perm, tc.topic_sys_flag
-            )
+            qd = QueueData(request.broker_name, tc.read_queue_nums, tc.write_queue_nums, topic_perm, tc.topic_sys_flag)
             if queue_data.get(tc.topic_name) != qd:
                 new_queue_data[tc.topic_name] = qd
         if delete_topic_with_broker_registration and is_master and len(request.topic_configs) > 1:

@@ -10,8 +10,7 @@ from brokers.store.store import FlushDiskType, MessageStore, StoreConfig
 
 
 async def main(root: str) -> None:
-    store = MessageStore(StoreConfig(Path(root), mapped_file_size_commit_log=64 * 1024,
-                                     flush_disk_type=FlushDiskType.SYNC_FLUSH))
+    store = MessageStore(StoreConfig(Path(root), mapped_file_size_commit_log=64 * 1024, flush_disk_type=FlushDiskType.SYNC_FLUSH))
     await store.start()
     print("READY", flush=True)
     counter = 0

@@ -98,23 +98,29 @@ class Subclassed(m.Message):  # read through getattr, not the slot offsets of an
 
 
 texts = st.text(st.characters(codec="utf-8", exclude_characters="\x01\x02"), max_size=12)  # not the separators
-hosts = st.tuples(st.sampled_from(["127.0.0.1", "10.1.2.3", "255.255.255.255", "host.example", "1.2.3", ""]),
-                  st.integers(-(2**31), 2**31 - 1))
+hosts = st.tuples(
+    st.sampled_from(["127.0.0.1", "10.1.2.3", "255.255.255.255", "host.example", "1.2.3", ""]), st.integers(-(2**31), 2**31 - 1)
+)
 int32 = st.integers(-(2**31), 2**31 - 1)
 
 
 @st.composite
 def messages(draw):
-    props = draw(st.dictionaries(st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "a", "ü"]),
-                                 st.one_of(texts, st.integers(-5, 5)), max_size=3))
+    props = draw(
+        st.dictionaries(st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "a", "ü"]), st.one_of(texts, st.integers(-5, 5)), max_size=3)
+    )
     cls = draw(st.sampled_from([m.Message, m.Message, Subclassed]))
     return cls(
         topic=draw(st.sampled_from(["T", "Topic-ä", "x" * 127])),
         queue_id=draw(st.integers(0, 3)),
         body=draw(st.one_of(st.binary(max_size=300), st.binary(max_size=50).map(bytearray))),
         properties=props,
-        flag=draw(int32), sys_flag=draw(int32), born_timestamp=draw(st.integers(-(2**63), 2**63 - 1)),
-        born_host=draw(hosts), store_host=draw(hosts), reconsume_times=draw(int32),
+        flag=draw(int32),
+        sys_flag=draw(int32),
+        born_timestamp=draw(st.integers(-(2**63), 2**63 - 1)),
+        born_host=draw(hosts),
+        store_host=draw(hosts),
+        reconsume_times=draw(int32),
         prepared_transaction_offset=draw(st.integers(0, 2**63 - 1)),
     )
 
@@ -168,8 +174,7 @@ def run_codec(prepare, encode_run, send, root: Path, physical: int):
         half = len(records) // 2  # two runs, as a segment roll makes them
         buf1, results1, entries1 = encode_run(records, 0, half, physical, 1_700_000_000_123, queues.queues, queues.get)
         after = physical + len(buf1)
-        buf2, results2, entries2 = encode_run(records, half, len(records), after, 1_700_000_000_123, queues.queues,
-                                              queues.get)
+        buf2, results2, entries2 = encode_run(records, half, len(records), after, 1_700_000_000_123, queues.queues, queues.get)
         entries = [(cq.path.relative_to(root).as_posix(), first, data) for cq, first, data in entries1 + entries2]
         offsets = {key: cq.max_offset for key, cq in queues.queues.items()}
         return records, rejects, buf1 + buf2, results1 + results2, entries, offsets
@@ -198,9 +203,13 @@ def test_each_codec_encodes_as_the_reference_and_records_decode_back(impl, tmp_p
         record = m.decode(c_buf, pos)
         assert (record.topic, record.queue_id, record.body) == (msg.topic, msg.queue_id, bytes(msg.body))
         assert record.properties == {k: format(v) for k, v in msg.properties.items()}
-        assert (record.flag, record.sys_flag, record.born_timestamp, record.reconsume_times,
-                record.prepared_transaction_offset) == (msg.flag, msg.sys_flag, msg.born_timestamp, msg.reconsume_times,
-                                                        msg.prepared_transaction_offset)
+        assert (
+            record.flag,
+            record.sys_flag,
+            record.born_timestamp,
+            record.reconsume_times,
+            record.prepared_transaction_offset,
+        ) == (msg.flag, msg.sys_flag, msg.born_timestamp, msg.reconsume_times, msg.prepared_transaction_offset)
         assert record.born_host[1] == msg.born_host[1] and record.store_host[1] == msg.store_host[1]
         assert record.store_timestamp == result.store_timestamp == 1_700_000_000_123
         assert record.physical_offset == result.physical_offset

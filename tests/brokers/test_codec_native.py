@@ -30,28 +30,43 @@ def test_the_native_codec_enforces_the_limits_and_messages_python_hands_it(recon
 
     reconfigured(codec.native_rules(max_topic_length=9, max_properties_length=50))
     _, rejects = native().prepare([m.Message(topic, 0, b"x"), m.Message("T", 0, b"x", props)], LIMIT)
-    assert rejects == [(0, "MESSAGE_ILLEGAL", "topic length must be 1..9 bytes"),
-                       (1, "PROPERTIES_SIZE_EXCEEDED", "properties exceed 50 bytes")]
+    assert rejects == [
+        (0, "MESSAGE_ILLEGAL", "topic length must be 1..9 bytes"),
+        (1, "PROPERTIES_SIZE_EXCEEDED", "properties exceed 50 bytes"),
+    ]
 
     # Texts, status names and ranges are Python's too: change them there and the C code follows.
-    rules = dict(fine, topic_type="TOPIC?", record_size="{size} > segment", illegal="ILLEGAL!",
-                 ints=tuple((name, 0, 5, f"{name} out of 0..5") if name == "queue_id" else (name, lo, hi, text)
-                            for name, lo, hi, text in fine["ints"]))
+    rules = dict(
+        fine,
+        topic_type="TOPIC?",
+        record_size="{size} > segment",
+        illegal="ILLEGAL!",
+        ints=tuple(
+            (name, 0, 5, f"{name} out of 0..5") if name == "queue_id" else (name, lo, hi, text)
+            for name, lo, hi, text in fine["ints"]
+        ),
+    )
     reconfigured(rules)
-    _, rejects = native().prepare([m.Message(5, 0, b"x"), m.Message("T", 0, b"x" * LIMIT), m.Message("T", 6, b"x"),
-                                   m.Message("T", 5, b"x")], LIMIT)
-    assert rejects == [(0, "ILLEGAL!", "TOPIC?"), (1, "ILLEGAL!", f"{LIMIT + 92} > segment"),
-                       (2, "ILLEGAL!", "queue_id out of 0..5")]
+    _, rejects = native().prepare(
+        [m.Message(5, 0, b"x"), m.Message("T", 0, b"x" * LIMIT), m.Message("T", 6, b"x"), m.Message("T", 5, b"x")], LIMIT
+    )
+    assert rejects == [
+        (0, "ILLEGAL!", "TOPIC?"),
+        (1, "ILLEGAL!", f"{LIMIT + 92} > segment"),
+        (2, "ILLEGAL!", "queue_id out of 0..5"),
+    ]
 
 
 def test_the_native_codec_refuses_rules_its_record_layout_cannot_hold(reconfigured):
     fine = codec.native_rules()
-    for wrong, why in [(dict(fine, max_topic_length=256), "max_topic_length"),  # a one-byte length
-                       (dict(fine, max_properties_length=40000), "max_properties_length"),  # a signed 16-bit one
-                       (dict(fine, head_body_size=92), "head_body_size"),
-                       (dict(fine, ints=fine["ints"][:-1]), "ints"),
-                       (dict(fine, hosts=(fine["hosts"][0], fine["hosts"][0])), "hosts"),
-                       ({k: v for k, v in fine.items() if k != "body_type"}, "body_type")]:
+    for wrong, why in [
+        (dict(fine, max_topic_length=256), "max_topic_length"),  # a one-byte length
+        (dict(fine, max_properties_length=40000), "max_properties_length"),  # a signed 16-bit one
+        (dict(fine, head_body_size=92), "head_body_size"),
+        (dict(fine, ints=fine["ints"][:-1]), "ints"),
+        (dict(fine, hosts=(fine["hosts"][0], fine["hosts"][0])), "hosts"),
+        ({k: v for k, v in fine.items() if k != "body_type"}, "body_type"),
+    ]:
         with pytest.raises(ValueError, match=why):
             reconfigured(wrong)
         # A refused configure leaves the rules in force untouched.

@@ -13,15 +13,23 @@ from brokers.config import ConfigInvalid, from_mapping, parse_properties
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-GOOD = {"brokerName": "broker-a", "storePathRootDir": "/tmp/x", "controlPlaneUrl": "http://127.0.0.1:8000",
-        "controlPlaneToken": "rmq_x"}
+GOOD = {
+    "brokerName": "broker-a",
+    "storePathRootDir": "/tmp/x",
+    "controlPlaneUrl": "http://127.0.0.1:8000",
+    "controlPlaneToken": "rmq_x",
+}
 
 
 def test_a_valid_config_is_typed_with_rocketmq_defaults():
     c = from_mapping({**GOOD, "brokerId": "1", "flushDiskType": "SYNC_FLUSH", "enableSlaveActingMaster": "true"})
     assert (c.brokerId, c.flushDiskType, c.enableSlaveActingMaster) == (1, "SYNC_FLUSH", True)
-    assert (c.brokerClusterName, c.listenPort, c.haListenPort, c.brokerHeartbeatInterval) == ("DefaultCluster", 10911,
-                                                                                              10912, 1000)
+    assert (c.brokerClusterName, c.listenPort, c.haListenPort, c.brokerHeartbeatInterval) == (
+        "DefaultCluster",
+        10911,
+        10912,
+        1000,
+    )
     assert c.broker_addr == "127.0.0.1:10911"
     assert (c.flushIntervalCommitLog, c.flushCommitLogLeastPages, c.flushCommitLogThoroughInterval) == (500, 4, 10000)
 
@@ -62,11 +70,11 @@ def test_properties_format():
 def test_the_cli_exits_2_with_one_line_per_problem(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerId=x\nlistenPort=0\n")
-    run = subprocess.run([sys.executable, "-m", "brokers", "-c", str(conf)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run([sys.executable, "-m", "brokers", "-c", str(conf)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "invalid broker configuration" in run.stderr and "brokerId: must be an integer" in run.stderr
     assert "Traceback" not in run.stderr
-    missing = subprocess.run([sys.executable, "-m", "brokers", "-c", str(tmp_path / "nope.conf")], cwd=ROOT,
-                             capture_output=True, text=True, timeout=60)
+    missing = subprocess.run(
+        [sys.executable, "-m", "brokers", "-c", str(tmp_path / "nope.conf")], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert missing.returncode == 2 and "cannot read" in missing.stderr

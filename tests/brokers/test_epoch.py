@@ -55,8 +55,11 @@ CONSISTENT_POINT_CASES = {
 }
 
 
-@pytest.mark.parametrize(("local", "local_end", "other", "other_end", "expected"), list(CONSISTENT_POINT_CASES.values()),
-                         ids=list(CONSISTENT_POINT_CASES))
+@pytest.mark.parametrize(
+    ("local", "local_end", "other", "other_end", "expected"),
+    list(CONSISTENT_POINT_CASES.values()),
+    ids=list(CONSISTENT_POINT_CASES),
+)
 def test_find_consistent_point(local, local_end, other, other_end, expected):
     point = cache(*local).find_consistent_point(local_end, entries(*other), other_end)
     assert point == expected
@@ -140,8 +143,7 @@ CATCH_UP_CASES = {
 }
 
 
-@pytest.mark.parametrize(("slave_min", "slave_max", "point", "expected"), list(CATCH_UP_CASES.values()),
-                         ids=list(CATCH_UP_CASES))
+@pytest.mark.parametrize(("slave_min", "slave_max", "point", "expected"), list(CATCH_UP_CASES.values()), ids=list(CATCH_UP_CASES))
 def test_plan_catch_up(slave_min, slave_max, point, expected):
     assert plan_catch_up(slave_min, slave_max, *MASTER, point) == expected
 

@@ -25,10 +25,20 @@ BODY = b"m" * 300
 
 
 def config(root: Path, role: str, broker_id: int, ha_port: int, master_port: int | None = None, **extra) -> BrokerConfig:
-    return BrokerConfig(brokerName="g", brokerId=broker_id, brokerRole=role, haListenPort=ha_port, storePathRootDir=str(root),
-                        controlPlaneUrl="http://127.0.0.1:9", controlPlaneToken="unused", mappedFileSizeCommitLog=SEG,
-                        haMasterAddress=f"127.0.0.1:{master_port}" if master_port else "", haSendHeartbeatInterval=100,
-                        haHousekeepingInterval=3000, **extra)
+    return BrokerConfig(
+        brokerName="g",
+        brokerId=broker_id,
+        brokerRole=role,
+        haListenPort=ha_port,
+        storePathRootDir=str(root),
+        controlPlaneUrl="http://127.0.0.1:9",
+        controlPlaneToken="unused",
+        mappedFileSizeCommitLog=SEG,
+        haMasterAddress=f"127.0.0.1:{master_port}" if master_port else "",
+        haSendHeartbeatInterval=100,
+        haHousekeepingInterval=3000,
+        **extra,
+    )
 
 
 class Node:
@@ -93,8 +103,9 @@ def test_a_slave_copies_the_master_byte_for_byte_serves_reads_and_refuses_sends(
             await until(lambda: slave.store.max_queue_offset("Orders", 0) == 200, "the slave's consume queue")
             on_slave = await slave.store.get_messages("Orders", 0, 0, 500)
             on_master = await master.store.get_messages("Orders", 0, 0, 500)
-            assert [(m.physical_offset, m.queue_offset, m.body) for m in on_slave] == \
-                   [(m.physical_offset, m.queue_offset, m.body) for m in on_master]
+            assert [(m.physical_offset, m.queue_offset, m.body) for m in on_slave] == [
+                (m.physical_offset, m.queue_offset, m.body) for m in on_master
+            ]
             refused = await slave.put(1)
             assert refused[0].status is PutMessageStatus.SERVICE_NOT_AVAILABLE and "SLAVE" in refused[0].detail
             level = master.ha.water_levels()
@@ -247,12 +258,15 @@ def test_a_replica_entirely_ahead_of_the_master_is_refused_and_left_untouched(tm
 def test_sync_master_waits_for_its_slave_and_times_out_without_it(tmp_path):
     async def scenario():
         port = free_port()
-        master = await Node(config(tmp_path / "m", "SYNC_MASTER", 0, port, inSyncReplicas=2, totalReplicas=2,
-                                   slaveTimeout=500)).start()
+        master = await Node(
+            config(tmp_path / "m", "SYNC_MASTER", 0, port, inSyncReplicas=2, totalReplicas=2, slaveTimeout=500)
+        ).start()
         slave = await Node(config(tmp_path / "s", "SLAVE", 1, free_port(), port)).start()
         try:
-            await until(lambda: master.ha.server.connections and all(c.ack_offset >= 0 for c in master.ha.server.connections),
-                        "the slave's first ack")
+            await until(
+                lambda: master.ha.server.connections and all(c.ack_offset >= 0 for c in master.ha.server.connections),
+                "the slave's first ack",
+            )
             sends = await asyncio.gather(*(master.put(4) for _ in range(100)))  # 100 sends in flight, pipelined
             assert {r.status for rs in sends for r in rs} == {PutMessageStatus.PUT_OK}
             assert slave.store.max_offset >= max(r.physical_offset + r.size for rs in sends for r in rs)
@@ -279,8 +293,13 @@ def test_the_water_level_report_says_which_slaves_are_in_sync_by_the_quorum_rule
         slave = await Node(config(tmp_path / "s", "SLAVE", 1, free_port(), port)).start()
         try:
             await master.put(30)  # 30 x ~390 bytes: more than haMaxGapNotInSync
-            await until(lambda: master.ha.server.connections and all(
-                c.ack_offset == master.store.max_offset for c in master.ha.server.connections), "the slave's catch-up")
+            await until(
+                lambda: (
+                    master.ha.server.connections
+                    and all(c.ack_offset == master.store.max_offset for c in master.ha.server.connections)
+                ),
+                "the slave's catch-up",
+            )
             report = master.ha.water_levels()
             assert report["haMaxGapNotInSync"] == 4096 and report["maxOffset"] > 4096
             (entry,) = report["slaves"]
@@ -305,8 +324,9 @@ def test_auto_in_sync_replicas_downgrades_when_the_slave_dies_and_upgrades_when_
 
     async def scenario():
         port = free_port()
-        quorum = dict(inSyncReplicas=2, totalReplicas=2, enableSlaveActingMaster=True, enableAutoInSyncReplicas=True,
-                      slaveTimeout=60_000)  # a wait that should not happen would hang, not pass
+        quorum = dict(
+            inSyncReplicas=2, totalReplicas=2, enableSlaveActingMaster=True, enableAutoInSyncReplicas=True, slaveTimeout=60_000
+        )  # a wait that should not happen would hang, not pass
         master = await Node(config(tmp_path / "m", "SYNC_MASTER", 0, port, minInSyncReplicas=1, **quorum)).start()
         slave_cfg = config(tmp_path / "s", "SLAVE", 1, free_port(), port)
         slave = await Node(slave_cfg).start()

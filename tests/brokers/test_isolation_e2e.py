@@ -31,10 +31,20 @@ def send_one(port: int, n: int) -> tuple[int, str]:
     a client with a stale route may still call it); its (code, message)."""
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = rpc.MessagingServiceStub(channel)
-        resp = stub.SendMessage(spb.SendMessageRequest(messages=[pb.Message(
-            topic=pb.Resource(name="Orders"), body=b"order %d" % n, system_properties=pb.SystemProperties(
-                message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL))]),
-            timeout=10)
+        resp = stub.SendMessage(
+            spb.SendMessageRequest(
+                messages=[
+                    pb.Message(
+                        topic=pb.Resource(name="Orders"),
+                        body=b"order %d" % n,
+                        system_properties=pb.SystemProperties(
+                            message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+                        ),
+                    )
+                ]
+            ),
+            timeout=10,
+        )
     return resp.status.code, resp.status.message
 
 
@@ -45,9 +55,21 @@ def test_an_isolated_broker_still_refuses_sends_after_a_restart_and_a_missed_pus
     addr = f"127.0.0.1:{ports.listen}"
     sent = iter(range(10**6))
     with uvicorn_server() as base:
-        conf = write_broker_conf(tmp_path / "broker.conf", broker_keys(
-            NAME, tmp_path / "store", ports, base, cluster=CLUSTER, token=broker_token, brokerId=0,
-            mappedFileSizeCommitLog=65536, brokerHeartbeatInterval=200, registerNameServerPeriod=1000))
+        conf = write_broker_conf(
+            tmp_path / "broker.conf",
+            broker_keys(
+                NAME,
+                tmp_path / "store",
+                ports,
+                base,
+                cluster=CLUSTER,
+                token=broker_token,
+                brokerId=0,
+                mappedFileSizeCommitLog=65536,
+                brokerHeartbeatInterval=200,
+                registerNameServerPeriod=1000,
+            ),
+        )
 
         def registered() -> bool:
             info = httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()
@@ -63,12 +85,19 @@ def test_an_isolated_broker_still_refuses_sends_after_a_restart_and_a_missed_pus
         proc = start_broker(conf, "iso")
         try:
             wait_for(registered, 30, "the broker's registration")
-            r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5,
-                           json={"topicName": "Orders", "clusterName": CLUSTER, "readQueueNums": 1, "writeQueueNums": 1})
+            r = httpx.post(
+                f"{base}/api/v1/nameserver/topics",
+                headers=admin,
+                timeout=5,
+                json={"topicName": "Orders", "clusterName": CLUSTER, "readQueueNums": 1, "writeQueueNums": 1},
+            )
             assert r.status_code == 200, r.text
             topics = tmp_path / "store" / "config" / "topics.json"
-            wait_for(lambda: topics.exists() and "Orders" in json.loads(topics.read_text())["topicConfigTable"], 10,
-                     "the topic on the broker")
+            wait_for(
+                lambda: topics.exists() and "Orders" in json.loads(topics.read_text())["topicConfigTable"],
+                10,
+                "the topic on the broker",
+            )
             assert accepted()
 
             # Isolated while its push is lost (the row is written, nobody tells the broker): the next

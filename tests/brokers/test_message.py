@@ -15,16 +15,24 @@ names = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
     topic=names,
     queue_id=st.integers(0, 2**31 - 1),
     body=st.binary(max_size=4096),
-    props=st.dictionaries(names, st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), max_size=20),
-                          max_size=5),
+    props=st.dictionaries(names, st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), max_size=20), max_size=5),
     queue_offset=st.integers(0, 2**62),
     physical_offset=st.integers(0, 2**62),
     flag=st.integers(-(2**31), 2**31 - 1),
     reconsume=st.integers(0, 100),
 )
 def test_encode_decode_round_trip(topic, queue_id, body, props, queue_offset, physical_offset, flag, reconsume):
-    msg = m.Message(topic, queue_id, body, props, flag=flag, born_timestamp=1700000000000, born_host=("10.1.2.3", 4567),
-                    store_host=("127.0.0.1", 10911), reconsume_times=reconsume)
+    msg = m.Message(
+        topic,
+        queue_id,
+        body,
+        props,
+        flag=flag,
+        born_timestamp=1700000000000,
+        born_host=("10.1.2.3", 4567),
+        store_host=("127.0.0.1", 10911),
+        reconsume_times=reconsume,
+    )
     raw = m.encode(msg, queue_offset=queue_offset, physical_offset=physical_offset, store_timestamp=1700000000123)
     assert len(raw) == m.FIXED_SIZE + len(body) + len(topic.encode()) + len(m.encode_properties(props))
     assert m.record_length(raw) == len(raw)

@@ -12,14 +12,17 @@ pytestmark = pytest.mark.unit
 GAP = 1000
 
 
-@pytest.mark.parametrize(("master", "ack", "want"), [
-    pytest.param(5000, 5000, True, id="caught-up"),
-    pytest.param(5000, 4001, True, id="gap-just-under-haMaxGapNotInSync"),
-    pytest.param(5000, 4000, False, id="gap-equal-to-haMaxGapNotInSync-is-out"),
-    pytest.param(5000, 0, False, id="far-behind"),
-    pytest.param(500, -1, False, id="never-acked-is-out-even-within-the-gap"),
-    pytest.param(0, 0, True, id="empty-log-both-at-zero"),
-])
+@pytest.mark.parametrize(
+    ("master", "ack", "want"),
+    [
+        pytest.param(5000, 5000, True, id="caught-up"),
+        pytest.param(5000, 4001, True, id="gap-just-under-haMaxGapNotInSync"),
+        pytest.param(5000, 4000, False, id="gap-equal-to-haMaxGapNotInSync-is-out"),
+        pytest.param(5000, 0, False, id="far-behind"),
+        pytest.param(500, -1, False, id="never-acked-is-out-even-within-the-gap"),
+        pytest.param(0, 0, True, id="empty-log-both-at-zero"),
+    ],
+)
 def test_slave_in_sync(master, ack, want):
     assert slave_in_sync(master, ack, GAP) is want
 

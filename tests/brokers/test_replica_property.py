@@ -56,7 +56,7 @@ def assert_epochs_describe_log(r: Replica) -> None:
         end = r.epochs.end_of(entry, len(r.log))
         assert entry.start_offset <= end <= len(r.log)
         assert i + 1 == len(entries) or entry.start_offset < end
-        assert set(r.origin[entry.start_offset:end]) <= {entry.epoch}
+        assert set(r.origin[entry.start_offset : end]) <= {entry.epoch}
 
 
 class BrokerSet:
@@ -179,11 +179,11 @@ operations = st.lists(st.one_of(write, write, write, replicate, replicate, repli
 # The master re-elects itself in epoch 2, a slave receives epoch 2 (start 1) by heartbeat, the master
 # restarts without its last byte and re-appends epoch 2 at start 0, then writes: epoch 2 is on both
 # sides with different starts, which must not count as a match.
-@example(size=2, first_master=0, genesis=b"\x00",
-         ops=[("switch", 0), ("replicate", 1, 0), ("crash", 0, 0, True), ("write", b"\x01")])
+@example(
+    size=2, first_master=0, genesis=b"\x00", ops=[("switch", 0), ("replicate", 1, 0), ("crash", 0, 0, True), ("write", b"\x01")]
+)
 # The old master rejoins ahead of the new one (seed 004's cases 1-3/2-3): truncated at the fork.
-@example(size=2, first_master=0, genesis=b"ab",
-         ops=[("write", b"cdefgh"), ("replicate", 1, 1), ("switch", 1), ("write", b"XY")])
+@example(size=2, first_master=0, genesis=b"ab", ops=[("write", b"cdefgh"), ("replicate", 1, 1), ("switch", 1), ("write", b"XY")])
 @given(size=st.integers(2, 4), first_master=st.integers(0, 3), genesis=st.binary(max_size=16), ops=operations)
 def test_every_replica_converges_on_the_master_log(size, first_master, genesis, ops):
     cluster = BrokerSet(size, first_master % size)

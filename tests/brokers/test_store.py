@@ -84,8 +84,14 @@ def test_async_flush_flushes_once_enough_pages_are_written_without_waiting_for_t
     async def scenario():
         # An interval and a thorough interval far beyond the test: only the wake-up after a write
         # (flushCommitLogLeastPages = 4 pages) can make the flush thread flush.
-        s = MessageStore(StoreConfig(tmp_path, mapped_file_size_commit_log=1 << 20, flush_interval_commit_log=600_000,
-                                     flush_commit_log_thorough_interval=600_000))
+        s = MessageStore(
+            StoreConfig(
+                tmp_path,
+                mapped_file_size_commit_log=1 << 20,
+                flush_interval_commit_log=600_000,
+                flush_commit_log_thorough_interval=600_000,
+            )
+        )
         await s.start()
         await s.put_message(Message("T", 0, b"x" * 1000))  # less than 4 pages: not flushed yet
         await asyncio.sleep(0.3)
@@ -105,8 +111,14 @@ def test_async_flush_flushes_once_enough_pages_are_written_without_waiting_for_t
 
 def test_async_flush_flushes_a_small_tail_after_the_thorough_interval(tmp_path):
     async def scenario():
-        s = MessageStore(StoreConfig(tmp_path, mapped_file_size_commit_log=1 << 20, flush_interval_commit_log=50,
-                                     flush_commit_log_thorough_interval=200))
+        s = MessageStore(
+            StoreConfig(
+                tmp_path,
+                mapped_file_size_commit_log=1 << 20,
+                flush_interval_commit_log=50,
+                flush_commit_log_thorough_interval=200,
+            )
+        )
         await s.start()
         await s.put_message(Message("T", 0, b"small"))
         deadline = time.monotonic() + 30
@@ -193,8 +205,14 @@ def test_consume_queues_are_rebuilt_from_the_commit_log(tmp_path):
 
 def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "tests.brokers.store_writer", str(tmp_path)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.brokers.store_writer", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     acked = []
     try:
         assert proc.stdout.readline().strip() == "READY"

@@ -26,16 +26,19 @@ BROKERS = Path(__file__).resolve().parents[2] / "brokers"
 M, S, A = BrokerRole.SYNC_MASTER, BrokerRole.SLAVE, BrokerRole.ASYNC_MASTER
 
 
-@pytest.mark.parametrize(("role", "fenced", "isolated", "want"), [
-    pytest.param(M, False, False, (True, WriteReason.WRITABLE), id="sync-master-takes-sends"),
-    pytest.param(A, False, False, (True, WriteReason.WRITABLE), id="async-master-takes-sends"),
-    pytest.param(S, False, False, (False, WriteReason.SLAVE), id="slave-refuses-sends"),
-    pytest.param(M, True, False, (False, WriteReason.FENCED), id="controller-mode-master-before-a-role-is-fenced"),
-    pytest.param(S, True, False, (False, WriteReason.FENCED), id="fenced-is-named-before-the-slave-role"),
-    pytest.param(M, False, True, (False, WriteReason.ISOLATED), id="isolated-master-refuses-sends"),
-    pytest.param(S, False, True, (False, WriteReason.ISOLATED), id="isolated-slave-is-named-isolated"),
-    pytest.param(M, True, True, (False, WriteReason.ISOLATED), id="isolation-is-named-before-fencing"),
-])
+@pytest.mark.parametrize(
+    ("role", "fenced", "isolated", "want"),
+    [
+        pytest.param(M, False, False, (True, WriteReason.WRITABLE), id="sync-master-takes-sends"),
+        pytest.param(A, False, False, (True, WriteReason.WRITABLE), id="async-master-takes-sends"),
+        pytest.param(S, False, False, (False, WriteReason.SLAVE), id="slave-refuses-sends"),
+        pytest.param(M, True, False, (False, WriteReason.FENCED), id="controller-mode-master-before-a-role-is-fenced"),
+        pytest.param(S, True, False, (False, WriteReason.FENCED), id="fenced-is-named-before-the-slave-role"),
+        pytest.param(M, False, True, (False, WriteReason.ISOLATED), id="isolated-master-refuses-sends"),
+        pytest.param(S, False, True, (False, WriteReason.ISOLATED), id="isolated-slave-is-named-isolated"),
+        pytest.param(M, True, True, (False, WriteReason.ISOLATED), id="isolation-is-named-before-fencing"),
+    ],
+)
 def test_write_gate(role, fenced, isolated, want):
     assert write_gate(role, fenced=fenced, isolated=isolated) == want
 
@@ -69,8 +72,9 @@ def test_the_store_asks_its_gate_and_has_no_writability_of_its_own(tmp_path):
             assert (await store.put_message(Message("T", 0, b"x"))).status is PutMessageStatus.PUT_OK
             gate.update(isolated=True)
             refused = await store.put_messages([Message("T", 0, b"y")] * 2)
-            assert [(r.status, r.detail) for r in refused] == [(PutMessageStatus.SERVICE_NOT_AVAILABLE,
-                                                               "isolated by an operator")] * 2
+            assert [(r.status, r.detail) for r in refused] == [
+                (PutMessageStatus.SERVICE_NOT_AVAILABLE, "isolated by an operator")
+            ] * 2
             assert not store.writable
         finally:
             await store.shutdown()
@@ -82,8 +86,13 @@ def _writes_to_writability(tree: ast.AST) -> list[int]:
     """Lines that assign a ``writable``-like attribute or call ``write_gate``."""
     lines = []
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, ast.AugAssign | ast.AnnAssign) else []
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AugAssign | ast.AnnAssign)
+            else []
+        )
         for t in targets:
             if isinstance(t, ast.Attribute) and ("writable" in t.attr.lower() or t.attr == "not_writable_reason"):
                 lines.append(t.lineno)
@@ -112,8 +121,16 @@ def test_no_module_but_the_gate_decides_writability():
 
 
 def broker_config(tmp_path: Path, **extra) -> BrokerConfig:
-    return BrokerConfig(brokerName="g", brokerId=0, storePathRootDir=str(tmp_path), controlPlaneUrl="http://127.0.0.1:9",
-                        controlPlaneToken="unused", mappedFileSizeCommitLog=64 * 1024, haListenPort=free_port(), **extra)
+    return BrokerConfig(
+        brokerName="g",
+        brokerId=0,
+        storePathRootDir=str(tmp_path),
+        controlPlaneUrl="http://127.0.0.1:9",
+        controlPlaneToken="unused",
+        mappedFileSizeCommitLog=64 * 1024,
+        haListenPort=free_port(),
+        **extra,
+    )
 
 
 def test_the_broker_takes_isolation_from_every_registration_answer_and_from_the_push(tmp_path):

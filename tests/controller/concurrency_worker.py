@@ -34,14 +34,22 @@ def choose(rng: random.Random, state):
     if r < 0.45 or not in_set_others:
         # The master widens (or reshapes) its SyncStateSet, fenced by the epochs it believes current.
         extra = rng.sample(others, rng.randint(1, len(others)))
-        return "alter", {"master_broker_id": master, "master_epoch": state.master_epoch,
-                         "new_sync_state_set": {master, *extra}, "sync_state_set_epoch": state.sync_state_set_epoch,
-                         "requested_by": "worker"}
+        return "alter", {
+            "master_broker_id": master,
+            "master_epoch": state.master_epoch,
+            "new_sync_state_set": {master, *extra},
+            "sync_state_set_epoch": state.sync_state_set_epoch,
+            "requested_by": "worker",
+        }
     # An operator switchover to a replica believed to be in the SyncStateSet.
     from controlplane.controller.core.state import Trigger
 
-    return "elect", {"broker_id": rng.choice(in_set_others), "designate": True, "trigger": Trigger.OPERATOR,
-                     "requested_by": "worker-operator"}
+    return "elect", {
+        "broker_id": rng.choice(in_set_others),
+        "designate": True,
+        "trigger": Trigger.OPERATOR,
+        "requested_by": "worker-operator",
+    }
 
 
 def run(job: dict) -> dict:

@@ -38,8 +38,13 @@ def join(client, broker_id: int, name: str = "g1", **hb) -> dict:
     """What a broker does on start (reference §2.1): next id, apply, register, heartbeat."""
     assert ok(client.get(f"{CTL}/groups/{name}/next-broker-id"))["nextBrokerId"] == broker_id
     ok(client.post(f"{CTL}/brokers/apply-broker-id", apply_body(broker_id, name), format="json"))
-    body = ok(client.post(f"{CTL}/brokers/register", {"clusterName": "c1", "brokerName": name, "brokerId": broker_id,
-                                                      "brokerAddress": addr(broker_id)}, format="json"))
+    body = ok(
+        client.post(
+            f"{CTL}/brokers/register",
+            {"clusterName": "c1", "brokerName": name, "brokerId": broker_id, "brokerAddress": addr(broker_id)},
+            format="json",
+        )
+    )
     ok(client.post(f"{CTL}/brokers/heartbeat", heartbeat_body(broker_id, name, **hb), format="json"))
     return body
 
@@ -52,9 +57,17 @@ def elect(client, broker_id=None, name="g1", designate=False):
 
 
 def alter(client, master, master_epoch, members, ss_epoch, name="g1"):
-    return client.post(f"{CTL}/alter-sync-state-set", {"brokerName": name, "masterBrokerId": master,
-                                                       "masterEpoch": master_epoch, "syncStateSet": members,
-                                                       "syncStateSetEpoch": ss_epoch}, format="json")
+    return client.post(
+        f"{CTL}/alter-sync-state-set",
+        {
+            "brokerName": name,
+            "masterBrokerId": master,
+            "masterEpoch": master_epoch,
+            "syncStateSet": members,
+            "syncStateSetEpoch": ss_epoch,
+        },
+        format="json",
+    )
 
 
 def test_a_broker_set_from_first_replica_to_switchover(broker, api):
@@ -71,11 +84,11 @@ def test_a_broker_set_from_first_replica_to_switchover(broker, api):
     assert still["code"] == 2011 and still["masterBrokerId"] == 2 and still["masterEpoch"] == 1
     # The master expands its SyncStateSet, fenced by both epochs.
     assert ok(alter(broker, 2, 1, [1, 2, 3], 1))["syncStateSetEpoch"] == 2
-    err(alter(broker, 2, 1, [2, 3], 1), 409, 2001)   # stale syncStateSetEpoch
-    err(alter(broker, 2, 0, [2, 3], 2), 409, 2000)   # stale masterEpoch
-    err(alter(broker, 3, 1, [2, 3], 2), 409, 2002)   # not the master
-    err(alter(broker, 2, 1, [2, 9], 2), 409, 2003)   # 9 is no replica
-    err(alter(broker, 2, 1, [1, 3], 2), 409, 2013)   # lacks the master
+    err(alter(broker, 2, 1, [2, 3], 1), 409, 2001)  # stale syncStateSetEpoch
+    err(alter(broker, 2, 0, [2, 3], 2), 409, 2000)  # stale masterEpoch
+    err(alter(broker, 3, 1, [2, 3], 2), 409, 2002)  # not the master
+    err(alter(broker, 2, 1, [2, 9], 2), 409, 2003)  # 9 is no replica
+    err(alter(broker, 2, 1, [1, 3], 2), 409, 2013)  # lacks the master
     err(alter(broker, 2, 1, [1, 2, 3], 2), 409, 2013)  # unchanged
     # An operator moves mastership to a designated live replica of the set.
     moved = ok(elect(api, 3, designate=True))
@@ -147,10 +160,10 @@ def test_clean_broker_data(broker, api):
 
     time.sleep(0.3)
     err(api.post(f"{CTL}/clean-broker-data", {"brokerName": "g1"}, format="json"), 409, 2009)  # has a master
-    err(api.post(f"{CTL}/clean-broker-data", {"brokerName": "g1", "brokerControllerIdsToClean": "1"}, format="json"),
-        409, 2009)  # 1 is alive
-    body = ok(api.post(f"{CTL}/clean-broker-data", {"brokerName": "g1", "brokerControllerIdsToClean": "2"},
-                       format="json"))
+    err(
+        api.post(f"{CTL}/clean-broker-data", {"brokerName": "g1", "brokerControllerIdsToClean": "1"}, format="json"), 409, 2009
+    )  # 1 is alive
+    body = ok(api.post(f"{CTL}/clean-broker-data", {"brokerName": "g1", "brokerControllerIdsToClean": "2"}, format="json"))
     assert body["brokerMemberGroup"] == {"1": addr(1)} and body["masterEpoch"] == 1
     err(broker.post(f"{CTL}/clean-broker-data", {"brokerName": "g1"}, format="json"), 403, 16)
     ok(api.post(f"{CTL}/clean-broker-data", {"brokerName": "g1", "isCleanLivingBroker": True}, format="json"))
@@ -162,14 +175,20 @@ def test_clean_broker_data(broker, api):
 @pytest.mark.parametrize(
     "path, body, fields",
     [
-        ("/brokers/apply-broker-id", {"clusterName": "c1", "brokerName": "g1", "appliedBrokerId": 0,
-                                      "registerCheckCode": "x"}, {"appliedBrokerId", "registerCheckCode"}),
+        (
+            "/brokers/apply-broker-id",
+            {"clusterName": "c1", "brokerName": "g1", "appliedBrokerId": 0, "registerCheckCode": "x"},
+            {"appliedBrokerId", "registerCheckCode"},
+        ),
         ("/brokers/register", {"clusterName": "c1", "brokerName": "g/1", "brokerId": "one"}, {"brokerName", "brokerId"}),
         ("/brokers/heartbeat", {"clusterName": "c1", "brokerName": "g1", "brokerAddr": addr(1)}, {"brokerId"}),
         ("/brokers/heartbeat", {**heartbeat_body(1), "maxOffset": -5}, {"maxOffset"}),
         ("/elect-master", {"brokerName": "g1", "designateElect": True}, {"brokerId"}),
-        ("/alter-sync-state-set", {"brokerName": "g1", "masterBrokerId": 1, "masterEpoch": -1, "syncStateSet": [],
-                                   "syncStateSetEpoch": "x"}, {"masterEpoch", "syncStateSet", "syncStateSetEpoch"}),
+        (
+            "/alter-sync-state-set",
+            {"brokerName": "g1", "masterBrokerId": 1, "masterEpoch": -1, "syncStateSet": [], "syncStateSetEpoch": "x"},
+            {"masterEpoch", "syncStateSet", "syncStateSetEpoch"},
+        ),
         ("/clean-broker-data", {"brokerName": "g1", "brokerControllerIdsToClean": "a;b"}, {"brokerControllerIdsToClean"}),
     ],
 )
@@ -178,9 +197,18 @@ def test_bad_input_is_400_with_field_errors(api, path, body, fields):
     assert fields <= set(b["fields"])
 
 
-@pytest.mark.parametrize("method, path", [("get", "/groups/g1/next-broker-id"), ("post", "/brokers/apply-broker-id"),
-                                          ("post", "/elect-master"), ("post", "/alter-sync-state-set"),
-                                          ("get", "/history"), ("get", "/metadata"), ("patch", "/config")])
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("get", "/groups/g1/next-broker-id"),
+        ("post", "/brokers/apply-broker-id"),
+        ("post", "/elect-master"),
+        ("post", "/alter-sync-state-set"),
+        ("get", "/history"),
+        ("get", "/metadata"),
+        ("patch", "/config"),
+    ],
+)
 def test_every_call_without_a_token_is_401(anon, method, path):
     err(getattr(anon, method)(CTL + path, {}, format="json"), 401, 16)
 

@@ -21,9 +21,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 def test_the_models_belong_to_the_controller_app_and_keep_their_tables():
     tables = {m._meta.label: m._meta.db_table for m in (ReplicaGroup, Replica, Transition, ControllerConfigEntry)}
-    assert tables == {"controller.ReplicaGroup": "controlplane_replicagroup", "controller.Replica": "controlplane_replica",
-                      "controller.Transition": "controlplane_transition",
-                      "controller.ControllerConfigEntry": "controlplane_controllerconfigentry"}
+    assert tables == {
+        "controller.ReplicaGroup": "controlplane_replicagroup",
+        "controller.Replica": "controlplane_replica",
+        "controller.Transition": "controlplane_transition",
+        "controller.ControllerConfigEntry": "controlplane_controllerconfigentry",
+    }
     out = StringIO()
     call_command("makemigrations", "--check", "--dry-run", stdout=out)  # exits 1 if a model and its migrations differ
     assert "No changes detected" in out.getvalue()
@@ -56,8 +59,9 @@ def test_a_committed_election_or_alter_is_announced_after_commit_and_a_refusal_i
         assert heard == []  # not before the commit
     assert heard == ["g1"]
     assert not services.elect_master("g1", broker_id=9, designate=True, trigger=Trigger.OPERATOR).ok
-    assert services.alter_sync_state_set("g1", master_broker_id=1, master_epoch=1, new_sync_state_set={1, 2},
-                                         sync_state_set_epoch=1).ok
+    assert services.alter_sync_state_set(
+        "g1", master_broker_id=1, master_epoch=1, new_sync_state_set={1, 2}, sync_state_set_epoch=1
+    ).ok
     assert heard == ["g1", "g1"]
 
 

@@ -38,8 +38,11 @@ def make_groups(names: list[str]) -> None:
         for broker_id in range(1, REPLICAS + 1):
             addr = f"10.0.{broker_id}.1:10911"
             assert services.apply_broker_id(CLUSTER, name, broker_id, f"{addr};{broker_id}").ok
-            services.heartbeat(liveness.Beat(CLUSTER, name, broker_id, addr, epoch=1, max_offset=100 * broker_id,
-                                             heartbeat_timeout_millis=60_000))
+            services.heartbeat(
+                liveness.Beat(
+                    CLUSTER, name, broker_id, addr, epoch=1, max_offset=100 * broker_id, heartbeat_timeout_millis=60_000
+                )
+            )
         assert services.elect_master(name, broker_id=1).ok
 
 
@@ -50,8 +53,15 @@ def race(names: list[str]) -> Counter:
     try:
         for i in range(PROCESSES):
             stderr = tempfile.TemporaryFile()
-            p = subprocess.Popen([sys.executable, "-m", "tests.controller.concurrency_worker"], cwd=ROOT, env=env,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
+            p = subprocess.Popen(
+                [sys.executable, "-m", "tests.controller.concurrency_worker"],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
             p.stdin.write(json.dumps({"seed": 1000 + i, "calls": CALLS, "groups": names}) + "\n")
             p.stdin.flush()
             procs.append((p, stderr))
@@ -111,6 +121,9 @@ def test_eight_processes_racing_elections_and_alters(groups):
         last = Transition.objects.filter(broker_name=row.broker_name).latest("id")
         in_set = sorted(Replica.objects.filter(group=row, in_sync_state_set=True).values_list("broker_id", flat=True))
         assert (row.master_broker_id, row.master_epoch, row.sync_state_set_epoch, in_set) == (
-            last.new_master_broker_id, last.new_master_epoch, last.new_sync_state_set_epoch,
-            sorted(last.new_sync_state_set)), row.broker_name
+            last.new_master_broker_id,
+            last.new_master_epoch,
+            last.new_sync_state_set_epoch,
+            sorted(last.new_sync_state_set),
+        ), row.broker_name
         assert row.master_broker_id in in_set

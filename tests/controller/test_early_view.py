@@ -36,11 +36,15 @@ def test_a_replica_added_since_the_last_lock_is_seen_alive():
     assert out.ok and out.state.master_broker_id == 3
 
 
-@pytest.mark.parametrize(("same_replicas", "age_s", "uses_early"), [
-    (True, 0.0, True),
-    (True, services.EARLY_VIEW_MAX_AGE_S + 0.1, False),
-    (False, 0.0, False),
-], ids=["same-replicas-fresh: used", "too-old: read again", "replicas-changed: read again"])
+@pytest.mark.parametrize(
+    ("same_replicas", "age_s", "uses_early"),
+    [
+        (True, 0.0, True),
+        (True, services.EARLY_VIEW_MAX_AGE_S + 0.1, False),
+        (False, 0.0, False),
+    ],
+    ids=["same-replicas-fresh: used", "too-old: read again", "replicas-changed: read again"],
+)
 def test_when_the_early_view_is_used(same_replicas, age_s, uses_early):
     for i in (1, 2):
         replica(i)

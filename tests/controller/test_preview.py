@@ -26,27 +26,63 @@ MASTER_DOWN = live((1, False, 1000), (2, True, 900), (3, True, 700))
 
 CASES = [
     # id, state, live view, designated id, enable unclean, expected (winner, at risk, unclean, refusal's detail)
-    ("designate-in-sync-replica: its gap to the best replica is at risk", state(), ALL_UP, 2, False,
-     (2, 100, False, None)),
-    ("designate-the-live-master-itself: refused, nothing at risk", state(), ALL_UP, 1, False,
-     (None, 0, False, "the master is still alive")),
-    ("designate-outside-the-set: refused without unclean elections, and it would be unclean", state(), ALL_UP, 3,
-     False, (None, 0, True, "no eligible replica")),
+    ("designate-in-sync-replica: its gap to the best replica is at risk", state(), ALL_UP, 2, False, (2, 100, False, None)),
+    (
+        "designate-the-live-master-itself: refused, nothing at risk",
+        state(),
+        ALL_UP,
+        1,
+        False,
+        (None, 0, False, "the master is still alive"),
+    ),
+    (
+        "designate-outside-the-set: refused without unclean elections, and it would be unclean",
+        state(),
+        ALL_UP,
+        3,
+        False,
+        (None, 0, True, "no eligible replica"),
+    ),
     ("designate-outside-the-set: unclean winner loses its gap", state(), ALL_UP, 3, True, (3, 300, True, None)),
-    ("controller-choice-master-dead: the in-sync replica wins; the dead master's bytes are at risk", state(),
-     MASTER_DOWN, None, False, (2, 100, False, None)),
-    ("controller-choice-no-master-alive-in-set: no winner, no bytes counted", state(in_set=(1,)), MASTER_DOWN, None,
-     False, (None, 0, False, "no replica could be elected")),
-    ("controller-choice-unclean: the best outside replica wins", state(in_set=(1,)), MASTER_DOWN, None, True,
-     (2, 100, True, None)),
-    ("designate-dead-replica: refused", state(), live((1, True, 1000), (2, False, 900), (3, True, 700)), 2, False,
-     (None, 0, False, "no eligible replica")),
+    (
+        "controller-choice-master-dead: the in-sync replica wins; the dead master's bytes are at risk",
+        state(),
+        MASTER_DOWN,
+        None,
+        False,
+        (2, 100, False, None),
+    ),
+    (
+        "controller-choice-no-master-alive-in-set: no winner, no bytes counted",
+        state(in_set=(1,)),
+        MASTER_DOWN,
+        None,
+        False,
+        (None, 0, False, "no replica could be elected"),
+    ),
+    (
+        "controller-choice-unclean: the best outside replica wins",
+        state(in_set=(1,)),
+        MASTER_DOWN,
+        None,
+        True,
+        (2, 100, True, None),
+    ),
+    (
+        "designate-dead-replica: refused",
+        state(),
+        live((1, True, 1000), (2, False, 900), (3, True, 700)),
+        2,
+        False,
+        (None, 0, False, "no eligible replica"),
+    ),
     ("no-heartbeats-at-all: nothing to elect", state(), {}, None, False, (None, 0, False, "no replica could be elected")),
 ]
 
 
-@pytest.mark.parametrize(("sync_state", "live_view", "broker_id", "unclean", "expected"),
-                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("sync_state", "live_view", "broker_id", "unclean", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_preview_of_an_election(sync_state, live_view, broker_id, unclean, expected):
     preview = preview_election(sync_state, live_view, broker_id, enable_unclean=unclean)
     winner, at_risk, is_unclean, refusal = expected
@@ -66,5 +102,4 @@ def test_an_isolated_replica_is_seen_dead_and_never_wins():
 
 
 def test_as_dict_uses_the_page_field_names():
-    assert ElectionPreview(2, 100, False, "").as_dict() == {"winner": 2, "dataAtRiskBytes": 100, "unclean": False,
-                                                            "detail": ""}
+    assert ElectionPreview(2, 100, False, "").as_dict() == {"winner": 2, "dataAtRiskBytes": 100, "unclean": False, "detail": ""}

@@ -94,14 +94,27 @@ elects = st.one_of(
     st.builds(Elect, names, st.just(Trigger.CONTROLLER), st.none(), st.just(False), st.booleans()),
     st.builds(Elect, names, st.just(Trigger.OPERATOR), IDS, st.sampled_from([True, True, False]), st.booleans()),
 )
-alters = st.builds(Alter, names, st.one_of(st.none(), st.none(), IDS), deltas, deltas,
-                   st.sampled_from(["alive", "alive", "toggle", "explicit"]), id_sets)
+alters = st.builds(
+    Alter,
+    names,
+    st.one_of(st.none(), st.none(), IDS),
+    deltas,
+    deltas,
+    st.sampled_from(["alive", "alive", "toggle", "explicit"]),
+    id_sets,
+)
 operations = st.one_of(
     st.builds(ApplyId, names, st.one_of(st.none(), IDS), st.integers(min_value=0, max_value=2)),
     st.builds(Register, names, IDS, st.integers(min_value=0, max_value=1)),
-    st.builds(Heartbeat, names, st.integers(min_value=1, max_value=7), st.sampled_from([True, True, False]),
-              st.integers(min_value=0, max_value=3), st.sampled_from([0, 1, 100, 2**31, 2**32 + 1, 2**40]),
-              st.sampled_from([0, 1, INT_MAX])),
+    st.builds(
+        Heartbeat,
+        names,
+        st.integers(min_value=1, max_value=7),
+        st.sampled_from([True, True, False]),
+        st.integers(min_value=0, max_value=3),
+        st.sampled_from([0, 1, 100, 2**31, 2**32 + 1, 2**40]),
+        st.sampled_from([0, 1, INT_MAX]),
+    ),
     elects,
     alters,
     st.builds(Clean, names, st.one_of(st.none(), id_sets), st.sampled_from([False, False, False, True])),
@@ -109,6 +122,7 @@ operations = st.one_of(
 
 
 # --- the model ------------------------------------------------------------------------------------
+
 
 def address(broker_id: int, host: int = 0) -> str:
     return f"10.0.{host}.{broker_id}:10911"
@@ -127,12 +141,21 @@ class Model:
 
     def record(self, kind: str, old: SyncState, new: SyncState, decision: Decision) -> None:
         """As ``services._record`` writes a ``Transition``."""
-        self.rows.append(invariants.Row(
-            id=len(self.rows) + 1, broker_name=new.broker_name, kind=kind,
-            old_master_broker_id=old.master_broker_id, new_master_broker_id=new.master_broker_id,
-            old_master_epoch=old.master_epoch, new_master_epoch=new.master_epoch,
-            old_sync_state_set_epoch=old.sync_state_set_epoch, new_sync_state_set_epoch=new.sync_state_set_epoch,
-            new_sync_state_set=tuple(sorted(new.sync_state_set)), detail=decision.detail))
+        self.rows.append(
+            invariants.Row(
+                id=len(self.rows) + 1,
+                broker_name=new.broker_name,
+                kind=kind,
+                old_master_broker_id=old.master_broker_id,
+                new_master_broker_id=new.master_broker_id,
+                old_master_epoch=old.master_epoch,
+                new_master_epoch=new.master_epoch,
+                old_sync_state_set_epoch=old.sync_state_set_epoch,
+                new_sync_state_set_epoch=new.sync_state_set_epoch,
+                new_sync_state_set=tuple(sorted(new.sync_state_set)),
+                detail=decision.detail,
+            )
+        )
 
     def commit(self, kind: str, name: str, decision: Decision, *, old: SyncState | None = None) -> None:
         before = self.states[name]
@@ -208,8 +231,14 @@ class Model:
         epoch, offset = op.epoch, op.max_offset
         if prev is not None and not (epoch > prev.epoch or (epoch == prev.epoch and offset > prev.max_offset)):
             epoch, offset = prev.epoch, prev.max_offset
-        table[op.broker_id] = LiveInfo(op.broker_id, op.alive, epoch=epoch, max_offset=offset,
-                                       election_priority=op.priority, broker_address=address(op.broker_id))
+        table[op.broker_id] = LiveInfo(
+            op.broker_id,
+            op.alive,
+            epoch=epoch,
+            max_offset=offset,
+            election_priority=op.priority,
+            broker_address=address(op.broker_id),
+        )
         return Decision(C.SUCCESS)
 
     def _elect(self, op: Elect, state: SyncState | None) -> Decision:
@@ -258,9 +287,13 @@ class Model:
             new_set = current.sync_state_set ^ op.ids
         else:
             new_set = op.ids
-        request = AlterRequest(op.name, master if master is not None else -1,
-                               current.master_epoch + op.master_epoch_delta, new_set,
-                               current.sync_state_set_epoch + op.sync_state_set_epoch_delta)
+        request = AlterRequest(
+            op.name,
+            master if master is not None else -1,
+            current.master_epoch + op.master_epoch_delta,
+            new_set,
+            current.sync_state_set_epoch + op.sync_state_set_epoch_delta,
+        )
         d = alter_sync_state_set(state, self.alive(op.name), request)
         if d.code != C.SUCCESS:
             return d
@@ -308,16 +341,21 @@ def test_random_operation_sequences_keep_the_invariants(ops):
 # Sequences that register replicas 1..4 of both sets and start their heartbeats first, so that
 # elections and alters act on existing sets with live replicas much more often.
 bootstrap = st.lists(st.builds(ApplyId, names, st.none(), st.just(0)), min_size=6, max_size=8)
-beats = st.lists(st.tuples(st.integers(min_value=0, max_value=2), st.sampled_from([0, 50, 2**33]), st.sampled_from([1, INT_MAX])),
-                 min_size=2 * 4, max_size=2 * 4)
+beats = st.lists(
+    st.tuples(st.integers(min_value=0, max_value=2), st.sampled_from([0, 50, 2**33]), st.sampled_from([1, INT_MAX])),
+    min_size=2 * 4,
+    max_size=2 * 4,
+)
 
 
 @SETTINGS
 @given(bootstrap, beats, st.lists(st.one_of(elects, alters, alters, operations), min_size=10, max_size=60))
 def test_registered_sets_under_random_operations_keep_the_invariants(registered, beating, ops):
     model = Model()
-    heartbeats = [Heartbeat(name, i, True, *beat) for (name, i), beat in
-                  zip([(n, i) for n in NAMES for i in range(1, 5)], beating, strict=True)]
+    heartbeats = [
+        Heartbeat(name, i, True, *beat)
+        for (name, i), beat in zip([(n, i) for n in NAMES for i in range(1, 5)], beating, strict=True)
+    ]
     for op in (*registered, *heartbeats, *ops):
         model.step(op)
         model.check_state()
@@ -325,6 +363,7 @@ def test_registered_sets_under_random_operations_keep_the_invariants(registered,
 
 
 # --- the election against a reading of reference §1.5/§1.6 ---------------------------------------
+
 
 def better(a: LiveInfo, b: LiveInfo) -> bool:
     """DefaultElectPolicy's comparator, written out: epoch desc, maxOffset desc, priority asc; ties by id."""
@@ -358,16 +397,27 @@ def election_inputs(draw):
     replica_ids = draw(st.frozensets(st.integers(min_value=1, max_value=6), min_size=1))
     sset = draw(st.frozensets(st.sampled_from(sorted(replica_ids))))
     master = draw(st.one_of(st.none(), st.sampled_from(sorted(sset)))) if sset else None
-    state = SyncState(CLUSTER, "b1", master, draw(st.integers(min_value=0, max_value=5)),
-                      draw(st.integers(min_value=0, max_value=5)), sset,
-                      tuple(Replica(i, address(i), f"{address(i)};0") for i in sorted(replica_ids)), max(replica_ids) + 1)
+    state = SyncState(
+        CLUSTER,
+        "b1",
+        master,
+        draw(st.integers(min_value=0, max_value=5)),
+        draw(st.integers(min_value=0, max_value=5)),
+        sset,
+        tuple(Replica(i, address(i), f"{address(i)};0") for i in sorted(replica_ids)),
+        max(replica_ids) + 1,
+    )
     if state.master_epoch == 0:
         state = replace(state, master_broker_id=None, sync_state_set=frozenset())
     live = {}
     for i in draw(st.frozensets(st.integers(min_value=1, max_value=7))):
-        live[i] = LiveInfo(i, draw(st.booleans()), epoch=draw(st.integers(min_value=-1, max_value=2)),
-                           max_offset=draw(st.sampled_from([-1, 0, 7, 2**31 - 1, 2**31, 2**32 + 7, 2**63 - 1])),
-                           election_priority=draw(st.sampled_from([0, 1, INT_MAX])))
+        live[i] = LiveInfo(
+            i,
+            draw(st.booleans()),
+            epoch=draw(st.integers(min_value=-1, max_value=2)),
+            max_offset=draw(st.sampled_from([-1, 0, 7, 2**31 - 1, 2**31, 2**32 + 7, 2**63 - 1])),
+            election_priority=draw(st.sampled_from([0, 1, INT_MAX])),
+        )
     trigger = draw(st.sampled_from(list(Trigger)))
     broker_id = None if trigger is Trigger.CONTROLLER else draw(st.integers(min_value=0, max_value=7))
     designate = trigger is Trigger.OPERATOR and draw(st.booleans())

@@ -39,10 +39,19 @@ def rep(i: int) -> Replica:
     return Replica(i, addr(i), code(i))
 
 
-def state(replicas=(1, 2, 3), *, master: int | None = None, me: int = 0, sse: int = 0, sset=(),
-          nxt: int | None = None) -> SyncState:
-    return SyncState("c1", NAME, master, me, sse, frozenset(sset), tuple(rep(i) for i in replicas),
-                     nxt if nxt is not None else max(replicas, default=0) + 1)
+def state(
+    replicas=(1, 2, 3), *, master: int | None = None, me: int = 0, sse: int = 0, sset=(), nxt: int | None = None
+) -> SyncState:
+    return SyncState(
+        "c1",
+        NAME,
+        master,
+        me,
+        sse,
+        frozenset(sset),
+        tuple(rep(i) for i in replicas),
+        nxt if nxt is not None else max(replicas, default=0) + 1,
+    )
 
 
 def L(i: int, alive: bool = True, epoch: int = 0, off: int = 0, prio: int = INT_MAX) -> LiveInfo:  # noqa: N802
@@ -94,78 +103,217 @@ def assert_elect_outcome(before: SyncState | None, d, code_: int, master) -> Non
 
 # --- §1.5 electMaster -----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "before, lv, request_, unclean, code_, master",
     [
         # step 1
-        pytest.param(None, {}, broker(1), False, C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, NO_STATE,
-                     id="step1-unknown-set-2010"),
-        pytest.param(None, {}, controller(), True, C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, NO_STATE,
-                     id="step1-unknown-set-controller-triggered-2010"),
-        pytest.param(state(()), {}, operator(1), False, C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, NO_STATE,
-                     id="step1-set-without-replicas-is-unknown-2010"),
+        pytest.param(
+            None, {}, broker(1), False, C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, NO_STATE, id="step1-unknown-set-2010"
+        ),
+        pytest.param(
+            None,
+            {},
+            controller(),
+            True,
+            C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+            NO_STATE,
+            id="step1-unknown-set-controller-triggered-2010",
+        ),
+        pytest.param(
+            state(()),
+            {},
+            operator(1),
+            False,
+            C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
+            NO_STATE,
+            id="step1-set-without-replicas-is-unknown-2010",
+        ),
         # step 3: the first election goes to the requester, no liveness or membership check
         pytest.param(FRESH, {}, broker(2), False, C.SUCCESS, 2, id="step3-first-election-requester-without-heartbeat"),
-        pytest.param(FRESH, live(dead=(1, 2, 3)), broker(2), False, C.SUCCESS, 2,
-                     id="step3-first-election-dead-requester"),
-        pytest.param(FRESH, {1: L(1, epoch=9, off=10**9), 2: L(2, alive=False)}, broker(2), False, C.SUCCESS, 2,
-                     id="step3-first-election-ignores-ranking"),
+        pytest.param(FRESH, live(dead=(1, 2, 3)), broker(2), False, C.SUCCESS, 2, id="step3-first-election-dead-requester"),
+        pytest.param(
+            FRESH,
+            {1: L(1, epoch=9, off=10**9), 2: L(2, alive=False)},
+            broker(2),
+            False,
+            C.SUCCESS,
+            2,
+            id="step3-first-election-ignores-ranking",
+        ),
         pytest.param(FRESH, live(1), operator(3), False, C.SUCCESS, 3, id="step3-first-election-operator-requester"),
         # our port: the requester must be a registered replica, else the policy decides
-        pytest.param(FRESH, live(1, 2, 3), broker(9), False, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE,
-                     id="step3-port-first-election-unregistered-requester-falls-to-policy-2012"),
-        pytest.param(FRESH, {2: L(2, epoch=1), 3: L(3, epoch=2)}, broker(9), True, C.SUCCESS, 3,
-                     id="step3-port-first-election-unregistered-requester-policy-unclean"),
+        pytest.param(
+            FRESH,
+            live(1, 2, 3),
+            broker(9),
+            False,
+            C.CONTROLLER_ELECT_MASTER_FAILED,
+            NO_STATE,
+            id="step3-port-first-election-unregistered-requester-falls-to-policy-2012",
+        ),
+        pytest.param(
+            FRESH,
+            {2: L(2, epoch=1), 3: L(3, epoch=2)},
+            broker(9),
+            True,
+            C.SUCCESS,
+            3,
+            id="step3-port-first-election-unregistered-requester-policy-unclean",
+        ),
         # step 3 (controller-triggered): no requester, so the policy decides even the first time
-        pytest.param(FRESH, live(1, 2, 3), controller(), False, C.CONTROLLER_MASTER_NOT_AVAILABLE, None,
-                     id="step3-controller-first-election-through-policy-empty-set-2004"),
-        pytest.param(FRESH, {1: L(1, epoch=1), 2: L(2, epoch=2), 3: L(3, alive=False, epoch=5)}, controller(), True,
-                     C.SUCCESS, 2, id="step3-controller-first-election-through-policy-unclean"),
+        pytest.param(
+            FRESH,
+            live(1, 2, 3),
+            controller(),
+            False,
+            C.CONTROLLER_MASTER_NOT_AVAILABLE,
+            None,
+            id="step3-controller-first-election-through-policy-empty-set-2004",
+        ),
+        pytest.param(
+            FRESH,
+            {1: L(1, epoch=1), 2: L(2, epoch=2), 3: L(3, alive=False, epoch=5)},
+            controller(),
+            True,
+            C.SUCCESS,
+            2,
+            id="step3-controller-first-election-through-policy-unclean",
+        ),
         # step 5: the old master is alive
-        pytest.param(RUNNING, live(1, 2, 3), broker(2), False, C.CONTROLLER_MASTER_STILL_EXIST, NO_STATE,
-                     id="step5-old-master-alive-broker-triggered-2011"),
-        pytest.param(RUNNING, {1: L(1, epoch=0), 2: L(2, epoch=7, off=10**12)}, controller(), True,
-                     C.CONTROLLER_MASTER_STILL_EXIST, NO_STATE, id="step5-old-master-alive-beats-better-ranked-2011"),
-        pytest.param(RUNNING, live(1, 2), operator(1), False, C.CONTROLLER_MASTER_STILL_EXIST, NO_STATE,
-                     id="step5-designating-the-live-master-2011"),
+        pytest.param(
+            RUNNING,
+            live(1, 2, 3),
+            broker(2),
+            False,
+            C.CONTROLLER_MASTER_STILL_EXIST,
+            NO_STATE,
+            id="step5-old-master-alive-broker-triggered-2011",
+        ),
+        pytest.param(
+            RUNNING,
+            {1: L(1, epoch=0), 2: L(2, epoch=7, off=10**12)},
+            controller(),
+            True,
+            C.CONTROLLER_MASTER_STILL_EXIST,
+            NO_STATE,
+            id="step5-old-master-alive-beats-better-ranked-2011",
+        ),
+        pytest.param(
+            RUNNING,
+            live(1, 2),
+            operator(1),
+            False,
+            C.CONTROLLER_MASTER_STILL_EXIST,
+            NO_STATE,
+            id="step5-designating-the-live-master-2011",
+        ),
         # step 6: success
         pytest.param(RUNNING, live(2, 3, dead=(1,)), broker(2), False, C.SUCCESS, 2, id="step6-success-broker-triggered"),
         pytest.param(RUNNING, live(2, 3), controller(), False, C.SUCCESS, 2, id="step6-success-controller-triggered"),
-        pytest.param(RUNNING, live(2, 3, dead=(1,)), broker(3), False, C.SUCCESS, 2,
-                     id="step6-requester-outside-set-gets-the-set-member"),
+        pytest.param(
+            RUNNING, live(2, 3, dead=(1,)), broker(3), False, C.SUCCESS, 2, id="step6-requester-outside-set-gets-the-set-member"
+        ),
         # step 7: nothing electable
-        pytest.param(RUNNING, live(3, dead=(1, 2)), controller(), False, C.CONTROLLER_MASTER_NOT_AVAILABLE, None,
-                     id="step7-nobody-electable-controller-2004-master-null-epoch-moves-set-kept"),
-        pytest.param(state(master=None, me=4, sse=5, sset=(1, 2)), live(3), controller(), False,
-                     C.CONTROLLER_MASTER_NOT_AVAILABLE, None, id="step7-no-master-again-epoch-moves-again-2004"),
-        pytest.param(RUNNING, live(3, dead=(1, 2)), broker(3), False, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE,
-                     id="step7-nobody-electable-broker-2012-no-state"),
-        pytest.param(RUNNING, {}, broker(2), False, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE,
-                     id="step7-no-heartbeats-at-all-broker-2012"),
+        pytest.param(
+            RUNNING,
+            live(3, dead=(1, 2)),
+            controller(),
+            False,
+            C.CONTROLLER_MASTER_NOT_AVAILABLE,
+            None,
+            id="step7-nobody-electable-controller-2004-master-null-epoch-moves-set-kept",
+        ),
+        pytest.param(
+            state(master=None, me=4, sse=5, sset=(1, 2)),
+            live(3),
+            controller(),
+            False,
+            C.CONTROLLER_MASTER_NOT_AVAILABLE,
+            None,
+            id="step7-no-master-again-epoch-moves-again-2004",
+        ),
+        pytest.param(
+            RUNNING,
+            live(3, dead=(1, 2)),
+            broker(3),
+            False,
+            C.CONTROLLER_ELECT_MASTER_FAILED,
+            NO_STATE,
+            id="step7-nobody-electable-broker-2012-no-state",
+        ),
+        pytest.param(
+            RUNNING, {}, broker(2), False, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE, id="step7-no-heartbeats-at-all-broker-2012"
+        ),
         # consequences: designated elect
-        pytest.param(RUNNING, live(1, 2, 3), operator(2), False, C.SUCCESS, 2,
-                     id="designated-moves-mastership-away-from-live-master"),
-        pytest.param(RUNNING, live(1, 3, dead=(2,)), operator(2), False, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE,
-                     id="designated-not-alive-null-no-comparator-fallback-2012"),
-        pytest.param(RUNNING, live(1, 3, dead=(2,)), operator(2), True, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE,
-                     id="designated-not-alive-unclean-retry-still-null-2012"),
-        pytest.param(RUNNING, live(1, 2, 3), operator(3), False, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE,
-                     id="designated-not-in-set-clean-only-2012"),
-        pytest.param(RUNNING, live(1, 2, 3), operator(3), True, C.SUCCESS, 3,
-                     id="designated-not-in-set-retried-against-all-replicas-when-unclean"),
-        pytest.param(RUNNING, live(2, 3, dead=(1,)), operator(3), True, C.SUCCESS, 3,
-                     id="designated-not-in-set-dead-master-unclean"),
-        pytest.param(RUNNING, live(1, 2), operator(9), True, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE,
-                     id="designated-unregistered-2012"),
+        pytest.param(
+            RUNNING, live(1, 2, 3), operator(2), False, C.SUCCESS, 2, id="designated-moves-mastership-away-from-live-master"
+        ),
+        pytest.param(
+            RUNNING,
+            live(1, 3, dead=(2,)),
+            operator(2),
+            False,
+            C.CONTROLLER_ELECT_MASTER_FAILED,
+            NO_STATE,
+            id="designated-not-alive-null-no-comparator-fallback-2012",
+        ),
+        pytest.param(
+            RUNNING,
+            live(1, 3, dead=(2,)),
+            operator(2),
+            True,
+            C.CONTROLLER_ELECT_MASTER_FAILED,
+            NO_STATE,
+            id="designated-not-alive-unclean-retry-still-null-2012",
+        ),
+        pytest.param(
+            RUNNING,
+            live(1, 2, 3),
+            operator(3),
+            False,
+            C.CONTROLLER_ELECT_MASTER_FAILED,
+            NO_STATE,
+            id="designated-not-in-set-clean-only-2012",
+        ),
+        pytest.param(
+            RUNNING,
+            live(1, 2, 3),
+            operator(3),
+            True,
+            C.SUCCESS,
+            3,
+            id="designated-not-in-set-retried-against-all-replicas-when-unclean",
+        ),
+        pytest.param(
+            RUNNING, live(2, 3, dead=(1,)), operator(3), True, C.SUCCESS, 3, id="designated-not-in-set-dead-master-unclean"
+        ),
+        pytest.param(
+            RUNNING, live(1, 2), operator(9), True, C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE, id="designated-unregistered-2012"
+        ),
         # unclean election
-        pytest.param(RUNNING, live(3, dead=(1, 2)), controller(), True, C.SUCCESS, 3,
-                     id="unclean-enabled-picks-outside-set"),
-        pytest.param(RUNNING, live(3, dead=(1, 2)), broker(3), True, C.SUCCESS, 3,
-                     id="unclean-enabled-broker-triggered-picks-outside-set"),
-        pytest.param(RUNNING, {2: L(2, epoch=1, off=1), 3: L(3, epoch=9, off=10**12, prio=0)}, controller(), True,
-                     C.SUCCESS, 2, id="unclean-enabled-set-member-still-first"),
-        pytest.param(RUNNING, {1: L(1, alive=False), 2: L(2, alive=False), 3: L(3, epoch=9)}, broker(2), False,
-                     C.CONTROLLER_ELECT_MASTER_FAILED, NO_STATE, id="unclean-disabled-never-outside-set"),
+        pytest.param(RUNNING, live(3, dead=(1, 2)), controller(), True, C.SUCCESS, 3, id="unclean-enabled-picks-outside-set"),
+        pytest.param(
+            RUNNING, live(3, dead=(1, 2)), broker(3), True, C.SUCCESS, 3, id="unclean-enabled-broker-triggered-picks-outside-set"
+        ),
+        pytest.param(
+            RUNNING,
+            {2: L(2, epoch=1, off=1), 3: L(3, epoch=9, off=10**12, prio=0)},
+            controller(),
+            True,
+            C.SUCCESS,
+            2,
+            id="unclean-enabled-set-member-still-first",
+        ),
+        pytest.param(
+            RUNNING,
+            {1: L(1, alive=False), 2: L(2, alive=False), 3: L(3, epoch=9)},
+            broker(2),
+            False,
+            C.CONTROLLER_ELECT_MASTER_FAILED,
+            NO_STATE,
+            id="unclean-disabled-never-outside-set",
+        ),
     ],
 )
 def test_elect_master(before, lv, request_, unclean, code_, master):
@@ -208,17 +356,16 @@ SET_123 = state(master=1, me=2, sse=2, sset=(1, 2, 3))  # master 1 dead in every
     [
         pytest.param([L(2, epoch=5, off=10**9), L(3, epoch=6, off=0)], 3, id="epoch-desc-first"),
         pytest.param([L(2, epoch=5, off=100), L(3, epoch=5, off=200)], 3, id="equal-epoch-maxoffset-desc"),
-        pytest.param([L(2, epoch=5, off=100, prio=5), L(3, epoch=5, off=100, prio=1)], 3,
-                     id="equal-offsets-electionpriority-asc"),
-        pytest.param([L(2, epoch=5, off=101, prio=INT_MAX), L(3, epoch=5, off=100, prio=0)], 2,
-                     id="maxoffset-beats-priority"),
+        pytest.param(
+            [L(2, epoch=5, off=100, prio=5), L(3, epoch=5, off=100, prio=1)], 3, id="equal-offsets-electionpriority-asc"
+        ),
+        pytest.param([L(2, epoch=5, off=101, prio=INT_MAX), L(3, epoch=5, off=100, prio=0)], 2, id="maxoffset-beats-priority"),
         pytest.param([L(2, epoch=4, off=10**15, prio=0), L(3, epoch=5, off=0)], 3, id="epoch-beats-offset-and-priority"),
-        pytest.param([L(2, epoch=5, off=2**31 + 5), L(3, epoch=5, off=5)], 2,
-                     id="offset-gap-2^31-exact-integer-comparison"),
-        pytest.param([L(2, epoch=5, off=2**32 + 7, prio=9), L(3, epoch=5, off=7, prio=1)], 2,
-                     id="offset-gap-2^32-would-cast-to-0-in-java"),
-        pytest.param([L(3, epoch=5, off=3 * 2**31), L(2, epoch=5, off=2**31)], 3,
-                     id="offset-gap-2^32-large-offsets"),
+        pytest.param([L(2, epoch=5, off=2**31 + 5), L(3, epoch=5, off=5)], 2, id="offset-gap-2^31-exact-integer-comparison"),
+        pytest.param(
+            [L(2, epoch=5, off=2**32 + 7, prio=9), L(3, epoch=5, off=7, prio=1)], 2, id="offset-gap-2^32-would-cast-to-0-in-java"
+        ),
+        pytest.param([L(3, epoch=5, off=3 * 2**31), L(2, epoch=5, off=2**31)], 3, id="offset-gap-2^32-large-offsets"),
         pytest.param([L(3, epoch=5, off=100, prio=7), L(2, epoch=5, off=100, prio=7)], 2, id="exact-tie-lowest-broker-id"),
         pytest.param([L(3), L(2)], 2, id="exact-tie-defaults-lowest-broker-id"),
         pytest.param([LiveInfo(3, True), LiveInfo(2, True, epoch=0)], 2, id="heartbeat-defaults-rank-last"),
@@ -234,8 +381,13 @@ def test_policy_ranking(infos, expected):
 
 
 def test_rank_key_orders_epoch_desc_offset_desc_priority_asc_then_id():
-    infos = [L(4, epoch=1, off=5, prio=1), L(2, epoch=2, off=0), L(5, epoch=1, off=5, prio=0),
-             L(3, epoch=1, off=2**40), L(1, epoch=1, off=5, prio=1)]
+    infos = [
+        L(4, epoch=1, off=5, prio=1),
+        L(2, epoch=2, off=0),
+        L(5, epoch=1, off=5, prio=0),
+        L(3, epoch=1, off=2**40),
+        L(1, epoch=1, off=5, prio=1),
+    ]
     assert [i.broker_id for i in sorted(infos, key=rank_key)] == [2, 3, 5, 1, 4]
 
 
@@ -259,32 +411,58 @@ def alter(new_set, *, master=1, me=3, sse=5) -> AlterRequest:
     "before, request_, code_",
     [
         pytest.param(None, alter({1, 2, 3}), C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED, id="check1-unknown-set-2013"),
-        pytest.param(state(()), alter({1}), C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
-                     id="check1-set-without-replicas-2013"),
+        pytest.param(state(()), alter({1}), C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED, id="check1-set-without-replicas-2013"),
         pytest.param(ALTER_BASE, alter({1, 2}), C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED, id="check2-same-set-2013"),
-        pytest.param(state((1, 2, 3, 4), master=None, me=4, sse=5, sset=(1, 2)), alter({1, 2, 3}),
-                     C.CONTROLLER_INVALID_MASTER, id="check3-no-master-2002"),
+        pytest.param(
+            state((1, 2, 3, 4), master=None, me=4, sse=5, sset=(1, 2)),
+            alter({1, 2, 3}),
+            C.CONTROLLER_INVALID_MASTER,
+            id="check3-no-master-2002",
+        ),
         pytest.param(ALTER_BASE, alter({1, 2, 3}, master=2), C.CONTROLLER_INVALID_MASTER, id="check3-other-master-2002"),
         pytest.param(ALTER_BASE, alter({1, 2, 3}, me=2), C.CONTROLLER_FENCED_MASTER_EPOCH, id="check4-stale-master-epoch-2000"),
-        pytest.param(ALTER_BASE, alter({1, 2, 3}, me=4), C.CONTROLLER_FENCED_MASTER_EPOCH,
-                     id="check4-future-master-epoch-2000"),
-        pytest.param(ALTER_BASE, alter({1, 2, 3}, sse=4), C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
-                     id="check5-stale-sync-state-set-epoch-2001"),
-        pytest.param(ALTER_BASE, alter({1, 2, 3}, sse=6), C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
-                     id="check5-future-sync-state-set-epoch-2001"),
+        pytest.param(ALTER_BASE, alter({1, 2, 3}, me=4), C.CONTROLLER_FENCED_MASTER_EPOCH, id="check4-future-master-epoch-2000"),
+        pytest.param(
+            ALTER_BASE,
+            alter({1, 2, 3}, sse=4),
+            C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+            id="check5-stale-sync-state-set-epoch-2001",
+        ),
+        pytest.param(
+            ALTER_BASE,
+            alter({1, 2, 3}, sse=6),
+            C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+            id="check5-future-sync-state-set-epoch-2001",
+        ),
         pytest.param(ALTER_BASE, alter({1, 2, 9}), C.CONTROLLER_INVALID_REPLICAS, id="check6-unregistered-id-2003"),
         pytest.param(ALTER_BASE, alter({1, 2, 4}), C.CONTROLLER_BROKER_NOT_ALIVE, id="check7-dead-id-2006"),
         pytest.param(ALTER_BASE, alter({2, 3}), C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED, id="check8-lacks-master-2013"),
         pytest.param(ALTER_BASE, alter(set()), C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED, id="check8-empty-set-2013"),
         # several checks fail: the first one's code wins
-        pytest.param(ALTER_BASE, alter({1, 2}, master=3, me=0, sse=0), C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
-                     id="first-wins-same-set-before-master-and-epochs"),
-        pytest.param(ALTER_BASE, alter({2, 4, 9}, master=2, me=0, sse=0), C.CONTROLLER_INVALID_MASTER,
-                     id="first-wins-master-before-epochs-replicas-liveness"),
-        pytest.param(ALTER_BASE, alter({2, 4, 9}, me=2, sse=4), C.CONTROLLER_FENCED_MASTER_EPOCH,
-                     id="first-wins-master-epoch-before-set-epoch"),
-        pytest.param(ALTER_BASE, alter({2, 4, 9}, sse=4), C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
-                     id="first-wins-set-epoch-before-replicas"),
+        pytest.param(
+            ALTER_BASE,
+            alter({1, 2}, master=3, me=0, sse=0),
+            C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED,
+            id="first-wins-same-set-before-master-and-epochs",
+        ),
+        pytest.param(
+            ALTER_BASE,
+            alter({2, 4, 9}, master=2, me=0, sse=0),
+            C.CONTROLLER_INVALID_MASTER,
+            id="first-wins-master-before-epochs-replicas-liveness",
+        ),
+        pytest.param(
+            ALTER_BASE,
+            alter({2, 4, 9}, me=2, sse=4),
+            C.CONTROLLER_FENCED_MASTER_EPOCH,
+            id="first-wins-master-epoch-before-set-epoch",
+        ),
+        pytest.param(
+            ALTER_BASE,
+            alter({2, 4, 9}, sse=4),
+            C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+            id="first-wins-set-epoch-before-replicas",
+        ),
         pytest.param(ALTER_BASE, alter({2, 4, 9}), C.CONTROLLER_INVALID_REPLICAS, id="first-wins-replicas-before-liveness"),
         pytest.param(ALTER_BASE, alter({2, 4}), C.CONTROLLER_BROKER_NOT_ALIVE, id="first-wins-liveness-before-lacks-master"),
     ],
@@ -320,6 +498,7 @@ def test_alter_after_success_needs_the_new_epoch():
 
 
 # --- §1.8 ids -------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "before, expected",
@@ -383,8 +562,9 @@ def test_apply_taken_advertised_id_after_a_gap_is_refused():
     [
         pytest.param(2, code(2), C.SUCCESS, False, id="same-check-code-idempotent-success-no-new-state"),
         pytest.param(2, code(2, millis=1), C.CONTROLLER_BROKER_ID_INVALID, False, id="different-check-code-2014"),
-        pytest.param(2, f"{addr(2)};{1_700_000_000_002}x", C.CONTROLLER_BROKER_ID_INVALID, False,
-                     id="same-address-different-code-2014"),
+        pytest.param(
+            2, f"{addr(2)};{1_700_000_000_002}x", C.CONTROLLER_BROKER_ID_INVALID, False, id="same-address-different-code-2014"
+        ),
         pytest.param(0, code(0), C.CONTROLLER_BROKER_ID_INVALID, False, id="id-0-2014"),
         pytest.param(-3, code(3), C.CONTROLLER_BROKER_ID_INVALID, False, id="negative-id-2014"),
         pytest.param(3, code(3), C.SUCCESS, True, id="unused-id-success"),
@@ -520,8 +700,7 @@ def test_clean_removes_ids_without_epoch_bump(before, ids, living, alive, replic
 
 
 def test_clean_of_the_dead_master_id_leaves_no_master_outside_the_set():
-    d = clean_broker_data(state((1, 2, 3), master=1, me=3, sse=5, sset=(1, 2)), frozenset({1}), clean_living=False,
-                          alive=(2, 3))
+    d = clean_broker_data(state((1, 2, 3), master=1, me=3, sse=5, sset=(1, 2)), frozenset({1}), clean_living=False, alive=(2, 3))
     assert d.code == C.SUCCESS
     new = d.new_state
     assert new.replica_ids == {2, 3} and new.sync_state_set == {2}
@@ -540,6 +719,7 @@ def test_clean_that_empties_the_sync_state_set_drops_the_set():
 
 
 # --- §1.9 scanNeedReelectBrokerSets ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "before, lv, expected",

@@ -19,11 +19,13 @@ def make_set(name: str, *, master_timeout: int, others_timeout: int = 60_000) ->
     for i in (1, 2, 3):
         assert services.apply_broker_id("c1", name, i, f"127.0.0.1:{10000 + i};1").ok
         timeout = master_timeout if i == 1 else others_timeout
-        services.heartbeat(liveness.Beat("c1", name, i, f"127.0.0.1:{10000 + i}", epoch=0, max_offset=10 * i,
-                                         heartbeat_timeout_millis=timeout))
+        services.heartbeat(
+            liveness.Beat("c1", name, i, f"127.0.0.1:{10000 + i}", epoch=0, max_offset=10 * i, heartbeat_timeout_millis=timeout)
+        )
     assert services.elect_master(name, broker_id=1).ok
-    assert services.alter_sync_state_set(name, master_broker_id=1, master_epoch=1, new_sync_state_set={1, 2, 3},
-                                         sync_state_set_epoch=1).ok
+    assert services.alter_sync_state_set(
+        name, master_broker_id=1, master_epoch=1, new_sync_state_set={1, 2, 3}, sync_state_set_epoch=1
+    ).ok
 
 
 def redis_now_ms() -> int:
@@ -49,8 +51,9 @@ def test_the_inactive_master_scan_reelects_a_set_whose_master_is_dead_but_a_repl
     make_set("g2", master_timeout=60_000)  # healthy: left alone
     now = redis_now_ms()
     # g1's master last beat 400 ms ago (an injected clock reading): dead for the scan and the election.
-    liveness.heartbeat(liveness.Beat("c1", "g1", 1, "127.0.0.1:10001", epoch=0, max_offset=10,
-                                     heartbeat_timeout_millis=200), now_ms=now - 400)
+    liveness.heartbeat(
+        liveness.Beat("c1", "g1", 1, "127.0.0.1:10001", epoch=0, max_offset=10, heartbeat_timeout_millis=200), now_ms=now - 400
+    )
     assert services.scan_inactive_masters(now_ms=now) == ["g1"]
     assert ReplicaGroup.objects.get(broker_name="g1").master_epoch == 2
     assert ReplicaGroup.objects.get(broker_name="g2").master_epoch == 1
@@ -74,11 +77,21 @@ def test_invariant_checker_command(capsys):
     assert "no violation" in capsys.readouterr().out
     # A forged history row that gives epoch 1 a second master is reported, and the command fails.
     last = Transition.objects.filter(kind="alter").last()
-    Transition.objects.create(cluster_name="c1", broker_name="g1", kind="alter", trigger="operator",
-                              old_master_broker_id=1, new_master_broker_id=2, old_master_epoch=1, new_master_epoch=1,
-                              old_sync_state_set_epoch=last.new_sync_state_set_epoch,
-                              new_sync_state_set_epoch=last.new_sync_state_set_epoch + 1,
-                              old_sync_state_set=[1, 2, 3], new_sync_state_set=[2, 3], response_code=0)
+    Transition.objects.create(
+        cluster_name="c1",
+        broker_name="g1",
+        kind="alter",
+        trigger="operator",
+        old_master_broker_id=1,
+        new_master_broker_id=2,
+        old_master_epoch=1,
+        new_master_epoch=1,
+        old_sync_state_set_epoch=last.new_sync_state_set_epoch,
+        new_sync_state_set_epoch=last.new_sync_state_set_epoch + 1,
+        old_sync_state_set=[1, 2, 3],
+        new_sync_state_set=[2, 3],
+        response_code=0,
+    )
     with pytest.raises(CommandError, match="violation"):
         call_command("check_controller_invariants", "g1")
     assert "two masters in one epoch" in capsys.readouterr().err

@@ -28,8 +28,11 @@ def test_controller_frames_and_their_errors(broker_token):
         assert reply["type"] == "elect_master_result" and reply["payload"]["masterEpoch"] == 1
         push = await ws.receive_json_from(timeout=10)  # the role change reaches the new master itself
         assert push["type"] == "notify_broker_role_changed" and push["payload"]["masterBrokerId"] == 1
-        reply = await call(ws, "alter_sync_state_set", {"brokerName": "g1", "masterBrokerId": 1, "masterEpoch": 0,
-                                                        "syncStateSet": [1], "syncStateSetEpoch": 1})
+        reply = await call(
+            ws,
+            "alter_sync_state_set",
+            {"brokerName": "g1", "masterBrokerId": 1, "masterEpoch": 0, "syncStateSet": [1], "syncStateSetEpoch": 1},
+        )
         assert reply["type"] == "error" and reply["payload"]["code"] in (2000, 2013)
         await ws.disconnect()
 

@@ -230,8 +230,9 @@ def test_pages_hear_of_elections_and_isolations_through_the_controllers_announce
         while update["data"]["masterEpoch"] < 2:
             update = await next_update(page, "state")
         assert (update["brokerName"], update["data"]["masterBrokerId"], update["data"]["masterEpoch"]) == ("g1", 2, 2)
-        r = await sync_to_async(admin.post)("/api/v1/operations/brokers/isolate", {"brokerName": "g1", "brokerId": 3},
-                                            format="json")
+        r = await sync_to_async(admin.post)(
+            "/api/v1/operations/brokers/isolate", {"brokerName": "g1", "brokerId": 3}, format="json"
+        )
         assert r.status_code == 200
         assert (await next_update(page, "state"))["data"]["isolated"] == [3]
         await page.disconnect()

@@ -37,11 +37,13 @@ def cluster(db):
     c1/b2: a nameserver-only set whose master (id 0) is gone: its read-only topic shows an acting master."""
     for i in (1, 2, 3):
         assert controller.apply_broker_id("c1", "g1", i, f"{ctl_addr(i)};1").ok
-        controller.heartbeat(ctl_liveness.Beat("c1", "g1", i, ctl_addr(i), epoch=0, max_offset=1000 * i,
-                                               heartbeat_timeout_millis=60_000))
+        controller.heartbeat(
+            ctl_liveness.Beat("c1", "g1", i, ctl_addr(i), epoch=0, max_offset=1000 * i, heartbeat_timeout_millis=60_000)
+        )
     assert controller.elect_master("g1", broker_id=3).ok  # the most caught-up replica
-    assert controller.alter_sync_state_set("g1", master_broker_id=3, master_epoch=1, new_sync_state_set={2, 3},
-                                           sync_state_set_epoch=1).ok
+    assert controller.alter_sync_state_set(
+        "g1", master_broker_id=3, master_epoch=1, new_sync_state_set={2, 3}, sync_state_set_epoch=1
+    ).ok
     topics = (TopicConfig("Orders", 4, 4, RW), TopicConfig("Payments", 2, 2, RW))
     register_ns("c1", "g1", 0, ctl_addr(3), topics)
     register_ns("c1", "g1", 2, ctl_addr(2), topics)
@@ -139,8 +141,16 @@ def test_an_unknown_group_is_404(cluster, viewer):
     assert viewer.get(reverse("dashboards:group", args=["nope"])).status_code == 404
 
 
-ACTION_IDS = ('id="elect-button"', 'id="isolate-1"', 'id="unisolate-1"', 'id="confirm-action"', 'id="action-result"',
-              'id="wipe-write-perm"', 'id="add-write-perm"', "<dialog")
+ACTION_IDS = (
+    'id="elect-button"',
+    'id="isolate-1"',
+    'id="unisolate-1"',
+    'id="confirm-action"',
+    'id="action-result"',
+    'id="wipe-write-perm"',
+    'id="add-write-perm"',
+    "<dialog",
+)
 
 
 @pytest.mark.parametrize("who", ["operator", "superuser"])
@@ -172,7 +182,7 @@ def test_the_topics_page_shows_routes_as_clients_see_them(cluster, viewer):
     assert 'data-topic="Orders"' in page and 'data-topic="Audit"' in page
     # b2 has no id 0: its read-only topic's route names slave 1 as id 0, the acting master.
     assert '<tr data-broker-name="b2" class="acting-master">' in page
-    assert "0: <span class=\"addr\">127.0.0.1:20911</span>" in page
+    assert '0: <span class="addr">127.0.0.1:20911</span>' in page
 
 
 def test_the_config_page_shows_both_configs_read_only(cluster, viewer):
@@ -185,8 +195,15 @@ def test_the_config_page_shows_both_configs_read_only(cluster, viewer):
 
 @pytest.fixture
 def actions(db):
-    audit.record("alice", "elect_master", cluster_name="c1", broker_name="orders-a", broker_id=2,
-                 before={"masterBrokerId": 1}, after={"masterBrokerId": 2})
+    audit.record(
+        "alice",
+        "elect_master",
+        cluster_name="c1",
+        broker_name="orders-a",
+        broker_id=2,
+        before={"masterBrokerId": 1},
+        after={"masterBrokerId": 2},
+    )
     audit.record("bob", "isolate", cluster_name="c1", broker_name="orders-b", broker_id=3)
     audit.record("token:ci", "wipe_write_perm", cluster_name="c1", broker_name="orders-a", result="BROKER_NOT_EXIST")
 
@@ -196,15 +213,18 @@ def audit_rows(client, **query) -> list[str]:
     return [row.split("<td>")[2].split("</td>")[0] for row in page.split("<tr data-action-id=")[1:]]
 
 
-@pytest.mark.parametrize(("query", "actors"), [
-    ({}, ["token:ci", "bob", "alice"]),
-    ({"actor": "ali"}, ["alice"]),
-    ({"actor": "TOKEN:"}, ["token:ci"]),
-    ({"action": "isolate"}, ["bob"]),
-    ({"broker": "orders-a"}, ["token:ci", "alice"]),
-    ({"broker": "orders-a", "action": "elect_master"}, ["alice"]),
-    ({"broker": "nothing"}, []),
-])
+@pytest.mark.parametrize(
+    ("query", "actors"),
+    [
+        ({}, ["token:ci", "bob", "alice"]),
+        ({"actor": "ali"}, ["alice"]),
+        ({"actor": "TOKEN:"}, ["token:ci"]),
+        ({"action": "isolate"}, ["bob"]),
+        ({"broker": "orders-a"}, ["token:ci", "alice"]),
+        ({"broker": "orders-a", "action": "elect_master"}, ["alice"]),
+        ({"broker": "nothing"}, []),
+    ],
+)
 def test_the_audit_log_filters_by_actor_action_and_broker(actions, viewer, query, actors):
     assert audit_rows(viewer, **query) == actors
 
@@ -228,9 +248,20 @@ def test_plotly_is_served_from_our_own_static_files():
 def test_overview_rows_escape_every_value():
     from dashboards.templatetags.overview_rows import group_row
 
-    row = group_row({"brokerName": "<b>x</b>", "url": '/groups/"x"/', "health": "bad", "reasons": ["<i>no</i> master"],
-                     "masterBrokerId": None, "actingMasterId": None, "masterEpoch": 0, "syncStateSet": [],
-                     "controllerManaged": True, "members": []})
+    row = group_row(
+        {
+            "brokerName": "<b>x</b>",
+            "url": '/groups/"x"/',
+            "health": "bad",
+            "reasons": ["<i>no</i> master"],
+            "masterBrokerId": None,
+            "actingMasterId": None,
+            "masterEpoch": 0,
+            "syncStateSet": [],
+            "controllerManaged": True,
+            "members": [],
+        }
+    )
     assert "<b>x</b>" not in row and "&lt;b&gt;x&lt;/b&gt;" in row
-    assert "<i>" not in row and '&quot;x&quot;' in row
+    assert "<i>" not in row and "&quot;x&quot;" in row
     assert '<span class="bad">no master</span>' in row

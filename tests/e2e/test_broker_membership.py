@@ -40,9 +40,20 @@ def test_broker_membership_topics_and_kill_9(tmp_path):
     admin = {"Authorization": f"Bearer {ApiToken.issue('e2e-admin', 'admin')[1]}"}
     ports = BrokerPorts.reserve()
     with uvicorn_server() as base:
-        conf = write_broker_conf(tmp_path / "broker.conf", broker_keys(
-            "broker-a", tmp_path / "store", ports, base, cluster="e2e", token=broker_token, brokerId=0,
-            mappedFileSizeCommitLog=65536, brokerHeartbeatInterval=200))
+        conf = write_broker_conf(
+            tmp_path / "broker.conf",
+            broker_keys(
+                "broker-a",
+                tmp_path / "store",
+                ports,
+                base,
+                cluster="e2e",
+                token=broker_token,
+                brokerId=0,
+                mappedFileSizeCommitLog=65536,
+                brokerHeartbeatInterval=200,
+            ),
+        )
         addr = f"127.0.0.1:{ports.listen}"
 
         def members():
@@ -52,8 +63,12 @@ def test_broker_membership_topics_and_kill_9(tmp_path):
         proc = start_broker(conf, "a")
         try:
             wait_for(lambda: members() == {"0": addr}, 30, "the broker's registration")
-            r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5,
-                           json={"topicName": "Orders", "clusterName": "e2e", "readQueueNums": 4, "writeQueueNums": 4})
+            r = httpx.post(
+                f"{base}/api/v1/nameserver/topics",
+                headers=admin,
+                timeout=5,
+                json={"topicName": "Orders", "clusterName": "e2e", "readQueueNums": 4, "writeQueueNums": 4},
+            )
             assert r.status_code == 200, r.text
 
             def stored():

@@ -30,8 +30,13 @@ def test_an_operator_elects_isolates_and_sees_it_live_in_the_browser(tmp_path):
     shots = ARTIFACTS / "dashboard"
     shots.mkdir(parents=True, exist_ok=True)
     with uvicorn_server() as base:
-        settings = dict(enableControllerMode="true", brokerHeartbeatInterval=500, controllerHeartBeatTimeoutMills=3000,
-                        checkSyncStateSetPeriod=1000, syncBrokerMetadataPeriod=1000)
+        settings = dict(
+            enableControllerMode="true",
+            brokerHeartbeatInterval=500,
+            controllerHeartBeatTimeoutMills=3000,
+            checkSyncStateSetPeriod=1000,
+            syncBrokerMetadataPeriod=1000,
+        )
         replicas = [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
 
         def info() -> dict:
@@ -45,8 +50,11 @@ def test_an_operator_elects_isolates_and_sees_it_live_in_the_browser(tmp_path):
         try:
             for x in replicas:
                 x.start()
-            wait_for(lambda: len(info().get("syncStateSet", [])) == 2 and len(route_addrs()) == 2, 60,
-                     "a master with both replicas in sync, both in the route")
+            wait_for(
+                lambda: len(info().get("syncStateSet", [])) == 2 and len(route_addrs()) == 2,
+                60,
+                "a master with both replicas in sync, both in the route",
+            )
             before = info()
             slave_id = next(i for i in before["syncStateSet"] if i != before["masterBrokerId"])
             with sync_playwright() as pw:

@@ -49,11 +49,15 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
             assert slave.log_size() > 0
 
             master.start()  # the old master returns: a slave now, it catches up with the new master
-            wait_for(lambda: len(info().get("syncStateSet", [])) == 2 and master.log_size() == slave.log_size(), 60,
-                     "the old master back in the SyncStateSet")
+            wait_for(
+                lambda: len(info().get("syncStateSet", [])) == 2 and master.log_size() == slave.log_size(),
+                60,
+                "the old master back in the SyncStateSet",
+            )
             assert master_of(info()) is slave
-            levels = httpx.get(f"{base}/api/v1/nameserver/water-levels", params={"clusterName": "repl"}, headers=admin,
-                               timeout=5).json()["waterLevels"]
+            levels = httpx.get(
+                f"{base}/api/v1/nameserver/water-levels", params={"clusterName": "repl"}, headers=admin, timeout=5
+            ).json()["waterLevels"]
             roles = {w["brokerId"]: w["role"] for w in levels}
             assert sorted(roles.values()) == ["SLAVE", "SYNC_MASTER"]
         finally:
@@ -61,15 +65,25 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
         assert master.log_bytes() == slave.log_bytes()
         stored = sum(1 for _ in iter_messages(slave))
         assert stored >= acked == 2502
-        check = subprocess.run([sys.executable, "manage.py", "check_controller_invariants"], cwd=ROOT,
-                               capture_output=True, text=True, env=child_env())
+        check = subprocess.run(
+            [sys.executable, "manage.py", "check_controller_invariants"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=child_env(),
+        )
         assert check.returncode == 0, check.stdout + check.stderr
 
 
 def two_replicas(tmp_path, base: str, token: str, **extra) -> list[Replica]:
     """Two brokers of group-a in controller mode (not started)."""
-    settings = dict(enableControllerMode="true", brokerHeartbeatInterval=500, checkSyncStateSetPeriod=1000,
-                    syncBrokerMetadataPeriod=1000, **extra)
+    settings = dict(
+        enableControllerMode="true",
+        brokerHeartbeatInterval=500,
+        checkSyncStateSetPeriod=1000,
+        syncBrokerMetadataPeriod=1000,
+        **extra,
+    )
     return [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
 
 
@@ -119,8 +133,12 @@ def test_a_stopped_master_is_replaced_and_rejoins_as_a_slave_cutting_its_diverge
     admin = {"Authorization": f"Bearer {ApiToken.issue('stop-admin', 'admin')[1]}"}
     with uvicorn_server() as base, celery_worker_and_beat():
         replicas = two_replicas(tmp_path, base, token, controllerHeartBeatTimeoutMills=2000)
-        fast = httpx.patch(f"{base}/api/v1/controller/config", headers=admin, timeout=5,  # docs/failover.md
-                           json={"scanInactiveMasterInterval": 500, "scanNotActiveBrokerInterval": 500})
+        fast = httpx.patch(
+            f"{base}/api/v1/controller/config",
+            headers=admin,
+            timeout=5,  # docs/failover.md
+            json={"scanInactiveMasterInterval": 500, "scanNotActiveBrokerInterval": 500},
+        )
         assert fast.status_code == 200, fast.text
 
         info, master_of = group_views(base, admin, replicas)
@@ -130,6 +148,7 @@ def test_a_stopped_master_is_replaced_and_rejoins_as_a_slave_cutting_its_diverge
             send(old.grpc_port, 500, first=1)
             wait_for(lambda: new.log_size() == old.log_size(), 30, "the slave caught up")
             import os
+
             os.killpg(old.proc.pid, signal.SIGSTOP)
             stopped = time.monotonic()
             try:
@@ -140,8 +159,11 @@ def test_a_stopped_master_is_replaced_and_rejoins_as_a_slave_cutting_its_diverge
             finally:
                 os.killpg(old.proc.pid, signal.SIGCONT)
             print(f"group RTO after SIGSTOP (heartbeat timeout 2 s): {rto:.2f} s")
-            wait_for(lambda: old.log_size() == new.log_size() and len(info().get("syncStateSet", [])) == 2, 60,
-                     "the old master following the new one")
+            wait_for(
+                lambda: old.log_size() == new.log_size() and len(info().get("syncStateSet", [])) == 2,
+                60,
+                "the old master following the new one",
+            )
             assert master_of(info()) is new and info()["masterEpoch"] == before["masterEpoch"] + 1
             # It refuses sends now (a slave), and its route entry is gone from id 0.
             assert pb.Code.OK not in send(old.grpc_port, 1, first=30_000)

@@ -19,11 +19,15 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 def join(b: BrokerSocket, broker_id: int) -> None:
     assert b.call("get_next_broker_id", {"clusterName": "c1", "brokerName": "g1"})["payload"]["nextBrokerId"] == broker_id
     assert b.call("apply_broker_id", apply_body(broker_id))["payload"]["code"] == 0
-    reply = b.call("register_broker_to_controller", {"clusterName": "c1", "brokerName": "g1", "brokerId": broker_id,
-                                                      "brokerAddress": addr(broker_id)})
+    reply = b.call(
+        "register_broker_to_controller",
+        {"clusterName": "c1", "brokerName": "g1", "brokerId": broker_id, "brokerAddress": addr(broker_id)},
+    )
     assert reply["payload"]["code"] == 0
-    assert b.call("controller_heartbeat", heartbeat_body(broker_id, epoch=0, max_offset=100 * broker_id))["type"] \
+    assert (
+        b.call("controller_heartbeat", heartbeat_body(broker_id, epoch=0, max_offset=100 * broker_id))["type"]
         == "controller_heartbeat_result"
+    )
 
 
 def test_master_socket_closing_elects_a_new_master_and_tells_the_survivors(broker_token):
@@ -36,8 +40,10 @@ def test_master_socket_closing_elects_a_new_master_and_tells_the_survivors(broke
         for b in (master, b2, b3):  # the election was pushed to every live member
             push = b.next_push("notify_broker_role_changed", timeout=10)
             assert push["payload"]["masterBrokerId"] == 1 and push["payload"]["masterEpoch"] == 1
-        expanded = master.call("alter_sync_state_set", {"brokerName": "g1", "masterBrokerId": 1, "masterEpoch": 1,
-                                                        "syncStateSet": [1, 2, 3], "syncStateSetEpoch": 1})["payload"]
+        expanded = master.call(
+            "alter_sync_state_set",
+            {"brokerName": "g1", "masterBrokerId": 1, "masterEpoch": 1, "syncStateSet": [1, 2, 3], "syncStateSetEpoch": 1},
+        )["payload"]
         assert expanded["syncStateSet"] == [1, 2, 3]
 
         master.ws.close()  # the master process dies: no other input from here on

@@ -38,9 +38,19 @@ def test_produce_and_consume_with_the_official_clients(tmp_path):
             for name in ("broker-a", "broker-b"):
                 ports = BrokerPorts.reserve()
                 grpc_port = ports.grpc
-                conf = write_broker_conf(tmp_path / f"{name}.conf", broker_keys(
-                    name, tmp_path / name, ports, base, cluster="consume", token=broker_token, brokerId=0,
-                    mappedFileSizeCommitLog=4194304))
+                conf = write_broker_conf(
+                    tmp_path / f"{name}.conf",
+                    broker_keys(
+                        name,
+                        tmp_path / name,
+                        ports,
+                        base,
+                        cluster="consume",
+                        token=broker_token,
+                        brokerId=0,
+                        mappedFileSizeCommitLog=4194304,
+                    ),
+                )
                 procs.append(start_broker(conf, name))
                 grpc_ports.append(grpc_port)
 
@@ -50,12 +60,22 @@ def test_produce_and_consume_with_the_official_clients(tmp_path):
 
             wait_for(registered, 30, "both brokers")
             for topic in ("Orders", "Late"):
-                r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5,
-                               json={"topicName": topic, "clusterName": "consume", "readQueueNums": 4, "writeQueueNums": 4})
+                r = httpx.post(
+                    f"{base}/api/v1/nameserver/topics",
+                    headers=admin,
+                    timeout=5,
+                    json={"topicName": topic, "clusterName": "consume", "readQueueNums": 4, "writeQueueNums": 4},
+                )
                 assert r.status_code == 200, r.text
             for topic in ("Orders", "Late"):
-                wait_for(lambda t=topic: len(httpx.get(f"{base}/api/v1/nameserver/routes/{t}", headers=admin,
-                                                       timeout=5).json()["brokerDatas"]) == 2, 10, f"the route of {topic}")
+                wait_for(
+                    lambda t=topic: (
+                        len(httpx.get(f"{base}/api/v1/nameserver/routes/{t}", headers=admin, timeout=5).json()["brokerDatas"])
+                        == 2
+                    ),
+                    10,
+                    f"the route of {topic}",
+                )
 
             config = ClientConfiguration(f"127.0.0.1:{grpc_ports[0]}", Credentials())
             producer = Producer(config, ("Orders", "Late"))

@@ -27,9 +27,21 @@ def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
     ports = BrokerPorts.reserve()
     grpc_port = ports.grpc
     with uvicorn_server() as base:
-        conf = write_broker_conf(tmp_path / "broker.conf", broker_keys(
-            "broker-a", tmp_path / "store", ports, base, cluster="crash", token=broker_token, brokerId=0,
-            mappedFileSizeCommitLog=1048576, flushDiskType="SYNC_FLUSH", brokerHeartbeatInterval=200))
+        conf = write_broker_conf(
+            tmp_path / "broker.conf",
+            broker_keys(
+                "broker-a",
+                tmp_path / "store",
+                ports,
+                base,
+                cluster="crash",
+                token=broker_token,
+                brokerId=0,
+                mappedFileSizeCommitLog=1048576,
+                flushDiskType="SYNC_FLUSH",
+                brokerHeartbeatInterval=200,
+            ),
+        )
 
         def registered():
             info = httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()
@@ -38,9 +50,12 @@ def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
         proc = start_broker(conf, "crash-1")
         try:
             wait_for(registered, 30, "the broker")
-            r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5,
-                           json={"topicName": "Payments", "brokerNames": ["broker-a"], "readQueueNums": 4,
-                                 "writeQueueNums": 4})
+            r = httpx.post(
+                f"{base}/api/v1/nameserver/topics",
+                headers=admin,
+                timeout=5,
+                json={"topicName": "Payments", "brokerNames": ["broker-a"], "readQueueNums": 4, "writeQueueNums": 4},
+            )
             assert r.status_code == 200, r.text
             config = ClientConfiguration(f"127.0.0.1:{grpc_port}", Credentials())
             producer = Producer(config, ("Payments",))
@@ -89,8 +104,10 @@ def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
                 consumer.shutdown()
             missing = acked - received
             assert not missing, f"{len(missing)} acknowledged messages lost"
-            print(f"{len(acked)} acknowledged ({acked_at_kill} before kill -9), {failed} sends failed while the broker "
-                  f"was down, {len(received)} received")
+            print(
+                f"{len(acked)} acknowledged ({acked_at_kill} before kill -9), {failed} sends failed while the broker "
+                f"was down, {len(received)} received"
+            )
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)

@@ -38,18 +38,40 @@ def test_unacked_message_goes_to_the_dlq_after_retry_max_times(tmp_path):
     with uvicorn_server() as base:
         ports = BrokerPorts.reserve()
         grpc_port = ports.grpc
-        conf = write_broker_conf(tmp_path / "broker.conf", broker_keys(
-            "broker-a", tmp_path / "store", ports, base, cluster="dlq", token=broker_token, brokerId=0,
-            mappedFileSizeCommitLog=1048576, retryMaxTimes=MAX_TIMES))
+        conf = write_broker_conf(
+            tmp_path / "broker.conf",
+            broker_keys(
+                "broker-a",
+                tmp_path / "store",
+                ports,
+                base,
+                cluster="dlq",
+                token=broker_token,
+                brokerId=0,
+                mappedFileSizeCommitLog=1048576,
+                retryMaxTimes=MAX_TIMES,
+            ),
+        )
         proc = start_broker(conf, "dlq")
         try:
+
             def route(topic: str) -> dict:
                 return httpx.get(f"{base}/api/v1/nameserver/routes/{topic}", headers=admin, timeout=5).json()
 
-            wait_for(lambda: "broker-a" in httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin,
-                                                     timeout=5).json()["brokerAddrTable"], 30, "the broker")
-            r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5,
-                           json={"topicName": "Payments", "clusterName": "dlq", "readQueueNums": 2, "writeQueueNums": 2})
+            wait_for(
+                lambda: (
+                    "broker-a"
+                    in httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()["brokerAddrTable"]
+                ),
+                30,
+                "the broker",
+            )
+            r = httpx.post(
+                f"{base}/api/v1/nameserver/topics",
+                headers=admin,
+                timeout=5,
+                json={"topicName": "Payments", "clusterName": "dlq", "readQueueNums": 2, "writeQueueNums": 2},
+            )
             assert r.status_code == 200, r.text
             wait_for(lambda: len(route("Payments").get("brokerDatas", [])) == 1, 10, "the route of Payments")
 

@@ -51,9 +51,20 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
                 ports = BrokerPorts.reserve()
                 grpc_port = ports.grpc
                 root = tmp_path / name
-                conf = write_broker_conf(tmp_path / f"{name}.conf", broker_keys(
-                    name, root, ports, base, cluster="grpc", token=broker_token, brokerId=0,
-                    mappedFileSizeCommitLog=1048576, flushDiskType="SYNC_FLUSH"))
+                conf = write_broker_conf(
+                    tmp_path / f"{name}.conf",
+                    broker_keys(
+                        name,
+                        root,
+                        ports,
+                        base,
+                        cluster="grpc",
+                        token=broker_token,
+                        brokerId=0,
+                        mappedFileSizeCommitLog=1048576,
+                        flushDiskType="SYNC_FLUSH",
+                    ),
+                )
                 procs.append(start_broker(conf, name))
                 grpc_ports.append(grpc_port)
                 roots.append(root)
@@ -63,11 +74,20 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
                 return set(info["brokerAddrTable"]) == {"broker-a", "broker-b"}
 
             wait_for(both_registered, 30, "both brokers")
-            r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5,
-                           json={"topicName": "Orders", "clusterName": "grpc", "readQueueNums": 4, "writeQueueNums": 4})
+            r = httpx.post(
+                f"{base}/api/v1/nameserver/topics",
+                headers=admin,
+                timeout=5,
+                json={"topicName": "Orders", "clusterName": "grpc", "readQueueNums": 4, "writeQueueNums": 4},
+            )
             assert r.status_code == 200, r.text
-            wait_for(lambda: len(httpx.get(f"{base}/api/v1/nameserver/routes/Orders", headers=admin,
-                                           timeout=5).json()["brokerDatas"]) == 2, 10, "the route on both brokers")
+            wait_for(
+                lambda: (
+                    len(httpx.get(f"{base}/api/v1/nameserver/routes/Orders", headers=admin, timeout=5).json()["brokerDatas"]) == 2
+                ),
+                10,
+                "the route on both brokers",
+            )
 
             with grpc.insecure_channel(f"127.0.0.1:{grpc_ports[0]}") as channel:
                 stub = rpc.MessagingServiceStub(channel)
@@ -75,24 +95,32 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
                 assignment = stub.QueryAssignment(spb.QueryAssignmentRequest(topic=pb.Resource(name="Orders")), timeout=5)
                 assert assignment.status.code == pb.Code.OK
                 assert sorted((a.message_queue.broker.name, a.message_queue.id) for a in assignment.assignments) == [
-                    (b, q) for b in ("broker-a", "broker-b") for q in range(4)]
+                    (b, q) for b in ("broker-a", "broker-b") for q in range(4)
+                ]
                 assert {a.message_queue.broker.endpoints.addresses[0].port for a in assignment.assignments} == set(grpc_ports)
                 # An unsupported call answers a proper gRPC status, not a crash.
                 with pytest.raises(grpc.RpcError) as e:
                     stub.QueryOffset(spb.QueryOffsetRequest(), timeout=5)
                 assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
                 # Telemetry: a settings command is answered with the settings the broker enforces.
-                publishing = pb.Settings(client_type=pb.ClientType.PRODUCER,
-                                         publishing=pb.Publishing(topics=[pb.Resource(name="Orders")]))
+                publishing = pb.Settings(
+                    client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Orders")])
+                )
                 answers = list(stub.Telemetry(iter([spb.TelemetryCommand(settings=publishing)]), timeout=5))
                 assert len(answers) == 1 and answers[0].status.code == pb.Code.OK
                 assert answers[0].settings.publishing.max_body_size == 4 * 1024 * 1024
                 assert [t.name for t in answers[0].settings.publishing.topics] == ["Orders"]
+
                 # Bad sends answer the proxy's codes and store nothing: a batch is refused whole on its first
                 # bad message (the stored count below is exactly MESSAGES).
                 def message(topic="Orders", body=b"x", n=0):
-                    return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=pb.SystemProperties(
-                        message_id=f"BAD{n:029X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL))
+                    return pb.Message(
+                        topic=pb.Resource(name=topic),
+                        body=body,
+                        system_properties=pb.SystemProperties(
+                            message_id=f"BAD{n:029X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+                        ),
+                    )
 
                 refused = {
                     pb.Code.BAD_REQUEST: [],

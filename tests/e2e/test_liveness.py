@@ -63,8 +63,9 @@ def test_silent_broker_is_removed_by_the_beat_scan_and_a_closed_socket_at_once(b
         stopped = before
         time.sleep(TIMEOUT_MS / 2000)
         assert registered(SILENT), "removed before its heartbeat timeout"
-        waited = wait_until(lambda: not registered(SILENT), TIMEOUT_MS / 1000 + SCAN_MS / 1000 + SLACK_S,
-                            tick=lambda: beating.heartbeat(BEATING))
+        waited = wait_until(
+            lambda: not registered(SILENT), TIMEOUT_MS / 1000 + SCAN_MS / 1000 + SLACK_S, tick=lambda: beating.heartbeat(BEATING)
+        )
         elapsed = time.monotonic() - stopped
         assert elapsed >= TIMEOUT_MS / 1000, f"removed after {elapsed:.1f} s, before its timeout"
         assert registered(BEATING) and beating.heartbeat(BEATING)

@@ -37,9 +37,20 @@ class Replica:
         ports = BrokerPorts.reserve()
         self.grpc_port, self.ha_port, self.listen_port = ports.grpc, ports.ha, ports.listen
         TopicConfigManager(self.root / "config" / "topics.json").update(TopicConfig("Replicated", 4, 4, 6))
-        keys = broker_keys("group-a", self.root, ports, control_plane, cluster="repl", token=token, brokerId=broker_id,
-                           brokerRole=role, mappedFileSizeCommitLog=SEGMENT, brokerHeartbeatInterval=300,
-                           haSendHeartbeatInterval=500, haHousekeepingInterval=3000)
+        keys = broker_keys(
+            "group-a",
+            self.root,
+            ports,
+            control_plane,
+            cluster="repl",
+            token=token,
+            brokerId=broker_id,
+            brokerRole=role,
+            mappedFileSizeCommitLog=SEGMENT,
+            brokerHeartbeatInterval=300,
+            haSendHeartbeatInterval=500,
+            haHousekeepingInterval=3000,
+        )
         self.conf = write_broker_conf(self.root / "broker.conf", keys | extra)
         self.proc = None
 
@@ -71,10 +82,18 @@ def send(port: int, count: int, batch: int = 32, first: int = 0) -> dict[int, in
         grpc.channel_ready_future(channel).result(timeout=30)
         stub = rpc.MessagingServiceStub(channel)
         for start in range(first, first + count, batch):
-            req = spb.SendMessageRequest(messages=[
-                pb.Message(topic=pb.Resource(name="Replicated"), body=BODY, system_properties=pb.SystemProperties(
-                    message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL))
-                for n in range(start, min(first + count, start + batch))])
+            req = spb.SendMessageRequest(
+                messages=[
+                    pb.Message(
+                        topic=pb.Resource(name="Replicated"),
+                        body=BODY,
+                        system_properties=pb.SystemProperties(
+                            message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+                        ),
+                    )
+                    for n in range(start, min(first + count, start + batch))
+                ]
+            )
             resp = stub.SendMessage(req, timeout=60)
             codes[resp.status.code] = codes.get(resp.status.code, 0) + len(req.messages)
     return codes
@@ -112,9 +131,11 @@ def test_three_replicas_converge_byte_for_byte_after_100_mb_and_report_water_lev
 
             def settled() -> bool:
                 w = levels()
-                return (w[0]["maxOffset"] == w[1]["maxOffset"] == w[2]["maxOffset"]
-                        and all(s["lagBytes"] == 0 for s in w[0]["slaves"])
-                        and w[1]["confirmOffset"] == w[2]["confirmOffset"] == w[0]["maxOffset"])
+                return (
+                    w[0]["maxOffset"] == w[1]["maxOffset"] == w[2]["maxOffset"]
+                    and all(s["lagBytes"] == 0 for s in w[0]["slaves"])
+                    and w[1]["confirmOffset"] == w[2]["confirmOffset"] == w[0]["maxOffset"]
+                )
 
             wait_for(settled, 30, "water levels showing no lag")
             w = levels()
@@ -133,8 +154,9 @@ UNREACHABLE = "http://127.0.0.1:9"  # no control plane: the link needs none (the
 
 
 def test_sync_master_answers_slave_persistence_timeout_while_its_slave_is_stopped(tmp_path):
-    master = Replica(tmp_path, "master", 0, "SYNC_MASTER", UNREACHABLE, "unused", inSyncReplicas=2, totalReplicas=2,
-                     slaveTimeout=1000)
+    master = Replica(
+        tmp_path, "master", 0, "SYNC_MASTER", UNREACHABLE, "unused", inSyncReplicas=2, totalReplicas=2, slaveTimeout=1000
+    )
     slave = Replica(tmp_path, "slave", 1, "SLAVE", UNREACHABLE, "unused", haMasterAddress=f"127.0.0.1:{master.ha_port}")
     try:
         master.start()
@@ -163,15 +185,28 @@ def test_sync_master_answers_slave_persistence_timeout_while_its_slave_is_stoppe
 
 
 def test_auto_in_sync_replicas_downgrade_when_the_slave_dies_and_come_back_with_it(tmp_path):
-    quorum = dict(inSyncReplicas=2, minInSyncReplicas=1, totalReplicas=2, enableSlaveActingMaster="true",
-                  enableAutoInSyncReplicas="true", slaveTimeout=30000)
+    quorum = dict(
+        inSyncReplicas=2,
+        minInSyncReplicas=1,
+        totalReplicas=2,
+        enableSlaveActingMaster="true",
+        enableAutoInSyncReplicas="true",
+        slaveTimeout=30000,
+    )
     master = Replica(tmp_path, "master", 0, "SYNC_MASTER", UNREACHABLE, "unused", **quorum)
     slave = Replica(tmp_path, "slave", 1, "SLAVE", UNREACHABLE, "unused", haMasterAddress=f"127.0.0.1:{master.ha_port}")
     try:
         master.start()
         slave.start()
-        wait_for(lambda: slave.log_size() == master.log_size() and send(master.grpc_port, 1) == {pb.Code.OK: 1} and
-                 slave.log_size() == master.log_size(), 60, "two replicas in sync")
+        wait_for(
+            lambda: (
+                slave.log_size() == master.log_size()
+                and send(master.grpc_port, 1) == {pb.Code.OK: 1}
+                and slave.log_size() == master.log_size()
+            ),
+            60,
+            "two replicas in sync",
+        )
         assert send(master.grpc_port, 32) == {pb.Code.OK: 32} and slave.log_size() == master.log_size()
         slave.stop(signal.SIGKILL)
         started = time.monotonic()

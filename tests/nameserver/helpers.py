@@ -5,8 +5,18 @@ from __future__ import annotations
 NS = "/api/v1/nameserver"
 
 
-def register_body(broker_id: int, addr: str, *, cluster: str = "c1", name: str = "b1", acting: bool | None = True,
-                  state: int = 0, counter: int = 1, topics: dict | None = None, timeout: int | None = 10_000) -> dict:
+def register_body(
+    broker_id: int,
+    addr: str,
+    *,
+    cluster: str = "c1",
+    name: str = "b1",
+    acting: bool | None = True,
+    state: int = 0,
+    counter: int = 1,
+    topics: dict | None = None,
+    timeout: int | None = 10_000,
+) -> dict:
     body = {
         "clusterName": cluster,
         "brokerName": name,
@@ -16,7 +26,9 @@ def register_body(broker_id: int, addr: str, *, cluster: str = "c1", name: str =
         "heartbeatTimeoutMillis": timeout,
         "topicConfigWrapper": {
             "dataVersion": {"stateVersion": state, "counter": counter, "timestamp": 1},
-            "topicConfigTable": topics if topics is not None else {
+            "topicConfigTable": topics
+            if topics is not None
+            else {
                 "TopicA": {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
                 "TopicB": {"readQueueNums": 2, "writeQueueNums": 2, "perm": 6},
             },

@@ -103,6 +103,7 @@ def test_a_cluster_bound_token_cannot_act_on_another_cluster():
 
 # --- register / unregister / heartbeat -----------------------------------------------------------
 
+
 def test_register_stores_the_set_and_starts_liveness(api):
     body = ok(register(api, 0, M))
     assert body == {"code": 0, "name": "SUCCESS", "masterAddr": None, "haServerAddr": None, "isolated": False}
@@ -115,8 +116,13 @@ def test_register_stores_the_set_and_starts_liveness(api):
 
 def test_a_slave_is_told_its_master(api):
     ok(register(api, 0, M))
-    assert ok(register(api, 1, S1)) == {"code": 0, "name": "SUCCESS", "masterAddr": M, "haServerAddr": "127.0.0.1:10912",
-                                        "isolated": False}
+    assert ok(register(api, 1, S1)) == {
+        "code": 0,
+        "name": "SUCCESS",
+        "masterAddr": M,
+        "haServerAddr": "127.0.0.1:10912",
+        "isolated": False,
+    }
 
 
 def test_a_stale_master_is_refused_with_2000_and_loses_its_entry(api):
@@ -172,8 +178,9 @@ def test_register_bad_input_is_400_with_field_errors(api, patch, fields):
     assert not BrokerMember.objects.exists()
 
 
-@pytest.mark.parametrize("raw, content_type", [("{not json", "application/json"), ("[]", "application/json"),
-                                                ("a=b", "text/plain")])
+@pytest.mark.parametrize(
+    "raw, content_type", [("{not json", "application/json"), ("[]", "application/json"), ("a=b", "text/plain")]
+)
 def test_malformed_bodies_are_400_not_500(api, raw, content_type):
     r = api.generic("POST", f"{NS}/brokers/register", raw, content_type=content_type)
     assert r.status_code in (400, 415), r.content
@@ -238,11 +245,15 @@ def test_unregister_bad_input(api):
 
 # --- reads ---------------------------------------------------------------------------------------
 
+
 def test_member_group_is_looked_up_by_broker_name(api):
     ok(register(api, 0, M))
     ok(register(api, 1, S1))
     assert ok(api.get(f"{NS}/brokers/member-group", {"clusterName": "other", "brokerName": "b1"})) == {
-        "cluster": "c1", "brokerName": "b1", "brokerAddrs": {"0": M, "1": S1}}
+        "cluster": "c1",
+        "brokerName": "b1",
+        "brokerAddrs": {"0": M, "1": S1},
+    }
     assert ok(api.get(f"{NS}/brokers/member-group", {"brokerName": "nobody"}))["brokerAddrs"] == {}
     err(api.get(f"{NS}/brokers/member-group"), 400, 29)
 
@@ -262,16 +273,27 @@ def test_route_of_an_unknown_topic_is_404_topic_not_exist(api):
 
 # --- topic administration ------------------------------------------------------------------------
 
+
 def test_create_a_topic_on_a_cluster_and_on_chosen_brokers(api):
     ok(register(api, 0, M))
     ok(register(api, 0, S1, name="b2"))
-    body = ok(api.post(f"{NS}/topics", {"topicName": "Orders", "clusterName": "c1", "readQueueNums": 8,
-                                        "writeQueueNums": 8, "perm": 6}, format="json"))
+    body = ok(
+        api.post(
+            f"{NS}/topics",
+            {"topicName": "Orders", "clusterName": "c1", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6},
+            format="json",
+        )
+    )
     assert body["brokerNames"] == ["b1", "b2"]
     route = ok(api.get(f"{NS}/routes/Orders"))
     assert [(q["brokerName"], q["writeQueueNums"]) for q in route["queueDatas"]] == [("b1", 8), ("b2", 8)]
-    ok(api.post(f"{NS}/topics", {"topicName": "Orders", "brokerNames": ["b2"], "writeQueueNums": 2,
-                                 "readQueueNums": 2, "perm": 4}, format="json"))
+    ok(
+        api.post(
+            f"{NS}/topics",
+            {"topicName": "Orders", "brokerNames": ["b2"], "writeQueueNums": 2, "readQueueNums": 2, "perm": 4},
+            format="json",
+        )
+    )
     route = ok(api.get(f"{NS}/routes/Orders"))
     assert [(q["brokerName"], q["writeQueueNums"], q["perm"]) for q in route["queueDatas"]] == [("b1", 8, 6), ("b2", 2, 4)]
     assert set(ok(api.get(f"{NS}/topics", {"clusterName": "c1"}))["topicList"]) == {"TopicA", "TopicB", "Orders"}
@@ -315,6 +337,7 @@ def test_wipe_and_add_write_perm(api):
 
 # --- config --------------------------------------------------------------------------------------
 
+
 def test_config_read_and_update(api):
     cfg = ok(api.get(f"{NS}/config"))
     assert cfg["scanNotActiveBrokerInterval"] == 5000 and cfg["supportActingMaster"] is False
@@ -334,6 +357,7 @@ def test_config_bad_input_is_400(api, body):
 
 
 # --- schema --------------------------------------------------------------------------------------
+
 
 def test_openapi_schema_and_docs_are_served(anon):
     schema = anon.get("/api/schema/")
@@ -356,8 +380,11 @@ def test_routes_follow_every_registry_change_despite_the_route_cache(api):
     assert ok(api.get(f"{NS}/routes/TopicA"))["brokerDatas"][0]["brokerAddrs"] == {"1": S1}
     ok(api.patch(f"{NS}/config", {"supportActingMaster": True}, format="json"))
     assert ok(api.get(f"{NS}/routes/TopicA"))["brokerDatas"][0]["brokerAddrs"] == {"0": S1}
-    ok(api.post(f"{NS}/topics", {"topicName": "TopicA", "clusterName": "c1", "writeQueueNums": 1, "readQueueNums": 1},
-                format="json"))
+    ok(
+        api.post(
+            f"{NS}/topics", {"topicName": "TopicA", "clusterName": "c1", "writeQueueNums": 1, "readQueueNums": 1}, format="json"
+        )
+    )
     assert ok(api.get(f"{NS}/routes/TopicA"))["queueDatas"][0]["writeQueueNums"] == 1
 
 

@@ -31,19 +31,29 @@ def group(*members: tuple[int, str] | Member, acting: bool | None = True) -> Gro
     return Group("c1", "b1", "", acting, ms)
 
 
-def req(broker_id: int, addr: str, *, acting: bool | None = True, state: int = 0, counter: int = 0,
-        topics: tuple[TopicConfig, ...] = (TopicConfig("T", 4, 4, 6), TopicConfig("U", 4, 4, 6)),
-        timeout: int | None = None) -> RegisterRequest:
-    return RegisterRequest("c1", addr, "b1", broker_id, addr.replace("10911", "10912"), "", timeout, acting,
-                           DataVersion(state, counter), topics)
+def req(
+    broker_id: int,
+    addr: str,
+    *,
+    acting: bool | None = True,
+    state: int = 0,
+    counter: int = 0,
+    topics: tuple[TopicConfig, ...] = (TopicConfig("T", 4, 4, 6), TopicConfig("U", 4, 4, 6)),
+    timeout: int | None = None,
+) -> RegisterRequest:
+    return RegisterRequest(
+        "c1", addr, "b1", broker_id, addr.replace("10911", "10912"), "", timeout, acting, DataVersion(state, counter), topics
+    )
 
 
 def register(g, r, queues=None, notify=True, delete_topics=False):
-    return decide_register(g, queues or {}, r, notify_min_broker_id_changed=notify,
-                           delete_topic_with_broker_registration=delete_topics)
+    return decide_register(
+        g, queues or {}, r, notify_min_broker_id_changed=notify, delete_topic_with_broker_registration=delete_topics
+    )
 
 
 # --- §3.3 ---------------------------------------------------------------------------------------
+
 
 def test_step1_first_registration_creates_the_set_and_notifies_nobody():
     d = register(None, req(1, A))
@@ -173,6 +183,7 @@ def test_step11_a_slave_learns_its_live_masters_address_and_ha_address():
 
 # --- §3.4 ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "before, leaving, acting, set_removed, wipe",
     [
@@ -217,6 +228,7 @@ def test_unregister_of_an_unknown_address_changes_nothing():
 
 # --- §3.6 ---------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "members, offline, recipients",
     [
@@ -228,8 +240,13 @@ def test_unregister_of_an_unknown_address_changes_nothing():
 def test_notification_recipients(members, offline, recipients):
     n = min_broker_id_change(group(*members), offline_broker_addr=offline, ha_broker_addr=None)
     assert n.recipients == recipients
-    assert n.header() == {"minBrokerId": members[0][0], "brokerName": "b1", "minBrokerAddr": members[0][1],
-                          "offlineBrokerAddr": offline, "haBrokerAddr": None}
+    assert n.header() == {
+        "minBrokerId": members[0][0],
+        "brokerName": "b1",
+        "minBrokerAddr": members[0][1],
+        "offlineBrokerAddr": offline,
+        "haBrokerAddr": None,
+    }
 
 
 def test_perm_bits():

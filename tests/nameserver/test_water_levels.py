@@ -22,15 +22,43 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 M, S1, S2 = "127.0.0.1:10911", "127.0.0.1:10921", "127.0.0.1:10931"
 URL = f"{NS}/water-levels"
 
-SLAVE_1 = {"brokerId": 1, "addr": S1, "ackOffset": 10_400_000, "lagBytes": 85_760, "lastCaughtUpMs": 1_700_000_000_123,
-           "transferBytesPerS": 1_048_576.5, "inSyncStateSet": True}
-SLAVE_2 = {"brokerId": 2, "addr": S2, "ackOffset": 0, "lagBytes": 10_485_760, "lastCaughtUpMs": 0,
-           "transferBytesPerS": 0, "inSyncStateSet": False}
-MASTER_LEVELS = {"brokerName": "b1", "brokerId": 0, "role": "SYNC_MASTER", "masterEpoch": 3,
-                 "maxOffset": 2**62 + 1,  # beyond a double's precision: must come back exact
-                 "confirmOffset": 10_400_000, "minOffset": 0, "slaves": [SLAVE_1, SLAVE_2]}
-SLAVE_LEVELS = {"brokerName": "b1", "brokerId": 1, "role": "SLAVE", "masterEpoch": 3, "maxOffset": 10_400_000,
-                "confirmOffset": 10_400_000, "minOffset": 0}  # no "slaves": served as []
+SLAVE_1 = {
+    "brokerId": 1,
+    "addr": S1,
+    "ackOffset": 10_400_000,
+    "lagBytes": 85_760,
+    "lastCaughtUpMs": 1_700_000_000_123,
+    "transferBytesPerS": 1_048_576.5,
+    "inSyncStateSet": True,
+}
+SLAVE_2 = {
+    "brokerId": 2,
+    "addr": S2,
+    "ackOffset": 0,
+    "lagBytes": 10_485_760,
+    "lastCaughtUpMs": 0,
+    "transferBytesPerS": 0,
+    "inSyncStateSet": False,
+}
+MASTER_LEVELS = {
+    "brokerName": "b1",
+    "brokerId": 0,
+    "role": "SYNC_MASTER",
+    "masterEpoch": 3,
+    "maxOffset": 2**62 + 1,  # beyond a double's precision: must come back exact
+    "confirmOffset": 10_400_000,
+    "minOffset": 0,
+    "slaves": [SLAVE_1, SLAVE_2],
+}
+SLAVE_LEVELS = {
+    "brokerName": "b1",
+    "brokerId": 1,
+    "role": "SLAVE",
+    "masterEpoch": 3,
+    "maxOffset": 10_400_000,
+    "confirmOffset": 10_400_000,
+    "minOffset": 0,
+}  # no "slaves": served as []
 
 
 def client(token: str | None) -> APIClient:
@@ -72,6 +100,7 @@ def stored_keys() -> list[str]:
 
 # --- the websocket heartbeat ---------------------------------------------------------------------
 
+
 def test_water_levels_sent_over_the_socket_are_served_exactly_as_sent(broker_token, read_token):
     before = redis_now_ms()
 
@@ -111,6 +140,7 @@ def test_water_levels_from_the_socket_are_announced_and_reach_a_dashboard_page(b
 
     water_levels_reported.connect(listener)
     try:
+
         async def scenario():
             page = WebsocketCommunicator(DashboardConsumer.as_asgi(), "/ws/dashboard/")
             page.scope["user"] = viewer
@@ -153,8 +183,9 @@ def test_concurrent_heartbeats_from_many_sockets_are_all_stored(broker_token, re
         sockets = [await connected(broker_token) for _ in addrs]
         for i, (ws, addr) in enumerate(zip(sockets, addrs, strict=True)):  # all in flight before any reply
             levels = {**SLAVE_LEVELS, "brokerName": f"b{i:02d}", "brokerId": 0, "role": "MASTER", "maxOffset": i}
-            await ws.send_to(text_data=json.dumps({"type": "heartbeat", "seq": 1,
-                                                   "payload": beat(addr, levels, name=f"b{i:02d}")}))
+            await ws.send_to(
+                text_data=json.dumps({"type": "heartbeat", "seq": 1, "payload": beat(addr, levels, name=f"b{i:02d}")})
+            )
         replies = await asyncio.gather(*(ws.receive_json_from(timeout=10) for ws in sockets))
         assert {r["type"] for r in replies} == {"heartbeat_result"}
         for ws in sockets:
@@ -163,7 +194,8 @@ def test_concurrent_heartbeats_from_many_sockets_are_all_stored(broker_token, re
     run(scenario)
     levels = served(read_token, clusterName="c1")
     assert [(r["brokerName"], r["brokerAddr"], r["maxOffset"]) for r in levels] == [
-        (f"b{i:02d}", addr, i) for i, addr in enumerate(addrs)]
+        (f"b{i:02d}", addr, i) for i, addr in enumerate(addrs)
+    ]
 
 
 def without(field: str) -> dict:
@@ -258,6 +290,7 @@ def test_identity_and_water_level_errors_are_reported_together(broker_token):
 
 # --- the REST heartbeat --------------------------------------------------------------------------
 
+
 def test_water_levels_sent_over_rest_are_served(broker_token, read_token):
     broker = client(broker_token)
     assert broker.post(f"{NS}/brokers/register", register_body(0, M), format="json").status_code == 200
@@ -290,12 +323,20 @@ def test_invalid_water_levels_over_rest_are_400_and_nothing_is_stored(broker_tok
 
 # --- reading -------------------------------------------------------------------------------------
 
+
 def test_reports_are_sorted_by_broker_name_and_id_and_filtered_by_set_and_cluster(read_token):
-    water_levels.store([report("b2", 0, "127.0.0.1:20911"), report("b1", 1, S1), report("b1", 0, M),
-                        report("b3", 0, "127.0.0.1:30911", cluster="c2")])
+    water_levels.store(
+        [
+            report("b2", 0, "127.0.0.1:20911"),
+            report("b1", 1, S1),
+            report("b1", 0, M),
+            report("b3", 0, "127.0.0.1:30911", cluster="c2"),
+        ]
+    )
     assert [(r["brokerName"], r["brokerId"]) for r in served(read_token, clusterName="c1")] == [("b1", 0), ("b1", 1), ("b2", 0)]
     assert [(r["brokerName"], r["brokerAddr"]) for r in served(read_token, clusterName="c1", brokerName="b2")] == [
-        ("b2", "127.0.0.1:20911")]
+        ("b2", "127.0.0.1:20911")
+    ]
     assert [r["clusterName"] for r in served(read_token, clusterName="c2")] == ["c2"]
     assert served(read_token, clusterName="c1", brokerName="b3") == []
     assert served(read_token, clusterName="nowhere") == []
@@ -350,8 +391,14 @@ def test_a_cluster_bound_token_reads_only_its_cluster():
     assert r.status_code == 403 and r.json()["code"] == 16
 
 
-@pytest.mark.parametrize("query, field", [({}, "clusterName"), ({"clusterName": "bad/name"}, "clusterName"),
-                                          ({"clusterName": "c1", "brokerName": "bad name"}, "brokerName")])
+@pytest.mark.parametrize(
+    "query, field",
+    [
+        ({}, "clusterName"),
+        ({"clusterName": "bad/name"}, "clusterName"),
+        ({"clusterName": "c1", "brokerName": "bad name"}, "brokerName"),
+    ],
+)
 def test_bad_queries_are_400_with_field_errors(read_token, query, field):
     r = client(read_token).get(URL, query)
     assert r.status_code == 400, r.content

@@ -46,6 +46,7 @@ def run(coro_fn):
 
 # --- handshake -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("token_kind", ["none", "unknown", "read"])
 def test_handshake_without_a_broker_token_is_refused(token_kind, read_token):
     token = {"none": None, "unknown": "rmq_nope", "read": read_token}[token_kind]
@@ -78,12 +79,16 @@ def test_token_in_the_query_string_is_accepted(broker_token):
 
 # --- frames --------------------------------------------------------------------------------------
 
+
 def test_register_then_heartbeat_over_the_socket(broker_token):
     async def scenario():
         ws = await connected(broker_token)
         reply = await call(ws, "register", register_body(0, M), seq=7)
-        assert reply == {"type": "register_result", "seq": 7,
-                         "payload": {"code": 0, "name": "SUCCESS", "masterAddr": None, "haServerAddr": None, "isolated": False}}
+        assert reply == {
+            "type": "register_result",
+            "seq": 7,
+            "payload": {"code": 0, "name": "SUCCESS", "masterAddr": None, "haServerAddr": None, "isolated": False},
+        }
         reply = await call(ws, "heartbeat", {"clusterName": "c1", "brokerAddr": M, "brokerName": "b1"}, seq=8)
         assert reply == {"type": "heartbeat_result", "seq": 8, "payload": {"registered": True}}
         reply = await call(ws, "heartbeat", {"clusterName": "c1", "brokerAddr": S1}, seq=9)
@@ -133,6 +138,7 @@ def test_a_stale_master_registering_over_the_socket_gets_2000(broker_token):
 
 # --- pushes and close ----------------------------------------------------------------------------
 
+
 def test_min_broker_id_change_is_pushed_to_the_sets_brokers(broker_token):
     update_config({"notifyMinBrokerIdChanged": True})
 
@@ -143,8 +149,13 @@ def test_min_broker_id_change_is_pushed_to_the_sets_brokers(broker_token):
         assert await s1.receive_nothing(timeout=0.3)  # no change of minimum yet
         reply = await call(m, "register", register_body(0, M))
         assert reply["payload"]["code"] == 0
-        expected = {"minBrokerId": 0, "brokerName": "b1", "minBrokerAddr": M, "offlineBrokerAddr": None,
-                    "haBrokerAddr": "127.0.0.1:10912"}
+        expected = {
+            "minBrokerId": 0,
+            "brokerName": "b1",
+            "minBrokerAddr": M,
+            "offlineBrokerAddr": None,
+            "haBrokerAddr": "127.0.0.1:10912",
+        }
         for ws in (s1, s2):
             push = await ws.receive_json_from(timeout=10)
             assert push["type"] == "notify_min_broker_id_change" and push["payload"] == expected
@@ -205,8 +216,9 @@ def test_topic_created_through_the_api_is_pushed_to_the_sets_brokers(broker_toke
     async def scenario():
         ws = await connected(broker_token)
         await call(ws, "register", register_body(0, M))
-        r = await sync_to_async(api.post)("/api/v1/nameserver/topics",
-                                          {"topicName": "Orders", "clusterName": "c1", "perm": 6}, format="json")
+        r = await sync_to_async(api.post)(
+            "/api/v1/nameserver/topics", {"topicName": "Orders", "clusterName": "c1", "perm": 6}, format="json"
+        )
         assert r.status_code == 200
         push = await ws.receive_json_from(timeout=10)
         assert push["type"] == "update_topic" and push["payload"]["topicName"] == "Orders"

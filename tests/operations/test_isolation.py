@@ -32,8 +32,12 @@ def broker():
     for i in (1, 2, 3):
         assert b.post(f"{CTL}/brokers/apply-broker-id", apply_body(i), format="json").status_code == 200
         assert b.post(f"{CTL}/brokers/heartbeat", heartbeat_body(i), format="json").status_code == 200
-    assert b.post(f"{CTL}/elect-master", {"clusterName": "c1", "brokerName": "g1", "brokerId": 1},
-                  format="json").json()["masterBrokerId"] == 1
+    assert (
+        b.post(f"{CTL}/elect-master", {"clusterName": "c1", "brokerName": "g1", "brokerId": 1}, format="json").json()[
+            "masterBrokerId"
+        ]
+        == 1
+    )
     for i in (1, 2, 3):
         r = b.post(f"{NS}/brokers/register", register_body(0 if i == 1 else i, addr(i), name="g1"), format="json")
         assert r.status_code == 200 and r.json()["isolated"] is False
@@ -44,8 +48,16 @@ def test_isolate_then_lift_over_rest_moves_routes_elections_and_the_registration
     admin = client("admin")
     r = admin.post(f"{OPS}/isolate", {"brokerName": "g1", "brokerId": 2}, format="json")
     assert r.status_code == 200, r.content
-    assert r.json() == {"code": 0, "name": "SUCCESS", "clusterName": "c1", "brokerName": "g1", "brokerId": 2,
-                        "brokerAddr": addr(2), "isolated": True, "changed": True}
+    assert r.json() == {
+        "code": 0,
+        "name": "SUCCESS",
+        "clusterName": "c1",
+        "brokerName": "g1",
+        "brokerId": 2,
+        "brokerAddr": addr(2),
+        "isolated": True,
+        "changed": True,
+    }
     assert admin.post(f"{OPS}/isolate", {"brokerName": "g1", "brokerId": 2}, format="json").json()["changed"] is False
     assert addr(2) not in ns_selectors.topic_route("TopicA").broker_datas[0].broker_addrs.values()
     # A restarted broker (or one that missed the push) hears it again when it registers.
@@ -63,9 +75,11 @@ def test_isolate_then_lift_over_rest_moves_routes_elections_and_the_registration
     assert addr(2) in ns_selectors.topic_route("TopicA").broker_datas[0].broker_addrs.values()
 
     audited = list(OperatorAction.objects.order_by("id").values_list("actor", "action", "broker_name", "result"))
-    assert audited == [("token:admin-tool", f"POST {OPS}/isolate", "g1", "ok"),
-                       ("token:admin-tool", f"POST {OPS}/isolate", "g1", "ok"),
-                       ("token:admin-tool", f"POST {OPS}/unisolate", "g1", "ok")]
+    assert audited == [
+        ("token:admin-tool", f"POST {OPS}/isolate", "g1", "ok"),
+        ("token:admin-tool", f"POST {OPS}/isolate", "g1", "ok"),
+        ("token:admin-tool", f"POST {OPS}/unisolate", "g1", "ok"),
+    ]
 
 
 def test_only_operators_may_isolate(broker):
@@ -76,14 +90,18 @@ def test_only_operators_may_isolate(broker):
     assert not Isolation.objects.exists()
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"brokerId": 2}, "brokerName"),
-    ({"brokerName": "g/1", "brokerId": 2}, "brokerName"),
-    ({"brokerName": "g1"}, "brokerId"),
-    ({"brokerName": "g1", "brokerId": "two"}, "brokerId"),
-    ({"brokerName": "g1", "brokerId": -1}, "brokerId"),
-    ({"brokerName": "g1", "brokerId": 9}, "brokerId"),  # not a member of g1
-], ids=["no-name", "bad-name", "no-id", "id-not-a-number", "negative-id", "unknown-member"])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"brokerId": 2}, "brokerName"),
+        ({"brokerName": "g/1", "brokerId": 2}, "brokerName"),
+        ({"brokerName": "g1"}, "brokerId"),
+        ({"brokerName": "g1", "brokerId": "two"}, "brokerId"),
+        ({"brokerName": "g1", "brokerId": -1}, "brokerId"),
+        ({"brokerName": "g1", "brokerId": 9}, "brokerId"),  # not a member of g1
+    ],
+    ids=["no-name", "bad-name", "no-id", "id-not-a-number", "negative-id", "unknown-member"],
+)
 def test_bad_input_is_a_400_with_field_errors(broker, body, field):
     r = client("admin").post(f"{OPS}/isolate", body, format="json")
     assert r.status_code == 400 and r.json()["name"] == "INVALID_PARAMETER"

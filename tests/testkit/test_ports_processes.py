@@ -25,8 +25,9 @@ sys.stdin.read()  # hold the reservations until the test closes stdin
 
 
 def start_picker(count: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", PICKER.format(count=count)], cwd=ROOT, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", PICKER.format(count=count)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
 
 
 def test_reservations_in_several_processes_never_overlap(monkeypatch):

@@ -23,8 +23,13 @@ DEFAULTS: dict[str, Value] = {
 SCHEMA = ConfigSchema(
     defaults=DEFAULTS,
     always_black_listed=frozenset({"configBlackList", "configStorePath", "rocketmqHome"}),
-    minimums={"scanNotActiveBrokerInterval": 100, "scanInactiveMasterInterval": 100, "electMasterMaxRetryCount": 1,
-              "controllerThreadPoolNums": 1, "controllerRequestThreadPoolQueueCapacity": 1},
+    minimums={
+        "scanNotActiveBrokerInterval": 100,
+        "scanInactiveMasterInterval": 100,
+        "electMasterMaxRetryCount": 1,
+        "controllerThreadPoolNums": 1,
+        "controllerRequestThreadPoolQueueCapacity": 1,
+    },
 )
 
 

@@ -52,6 +52,7 @@ def check(rows: Iterable[Row]) -> list[Violation]:
         masters_by_epoch: dict[int, int] = {}
         prev: Row | None = None
         for r in seq:
+
             def bad(rule: str, detail: str, r: Row = r, name: str = name) -> None:
                 violations.append(Violation(name, r.id, rule, detail))
 
@@ -59,31 +60,40 @@ def check(rows: Iterable[Row]) -> list[Violation]:
                 bad("masterEpoch decreased", f"{r.old_master_epoch} -> {r.new_master_epoch}")
             if prev is not None and prev.detail != DROPPED_SET:
                 if r.old_master_epoch != prev.new_master_epoch or r.old_sync_state_set_epoch != prev.new_sync_state_set_epoch:
-                    bad("stale transition",
+                    bad(
+                        "stale transition",
                         f"started from epochs ({r.old_master_epoch}, {r.old_sync_state_set_epoch}) but the previous "
-                        f"left ({prev.new_master_epoch}, {prev.new_sync_state_set_epoch})")
+                        f"left ({prev.new_master_epoch}, {prev.new_sync_state_set_epoch})",
+                    )
             if r.kind == "elect":
                 if r.new_master_epoch != r.old_master_epoch + 1:
                     bad("elect must move masterEpoch by one", f"{r.old_master_epoch} -> {r.new_master_epoch}")
                 if r.new_master_broker_id is not None:
                     if r.new_sync_state_set_epoch != r.old_sync_state_set_epoch + 1:
-                        bad("elect must move syncStateSetEpoch by one",
-                            f"{r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}")
+                        bad(
+                            "elect must move syncStateSetEpoch by one",
+                            f"{r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}",
+                        )
                     if tuple(r.new_sync_state_set) != (r.new_master_broker_id,):
                         bad("an elected master starts alone in the SyncStateSet", f"set {list(r.new_sync_state_set)}")
                 elif r.new_sync_state_set_epoch != r.old_sync_state_set_epoch:
-                    bad("an election without a master keeps the SyncStateSet",
-                        f"syncStateSetEpoch {r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}")
+                    bad(
+                        "an election without a master keeps the SyncStateSet",
+                        f"syncStateSetEpoch {r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}",
+                    )
             else:
                 if r.new_master_broker_id != r.old_master_broker_id and not (
-                        r.kind == "clean" and r.new_master_broker_id is None):
+                    r.kind == "clean" and r.new_master_broker_id is None
+                ):
                     bad("master changed outside an election", f"{r.old_master_broker_id} -> {r.new_master_broker_id}")
                 if r.kind == "alter":
                     if r.new_master_epoch != r.old_master_epoch:
                         bad("alter moved masterEpoch", f"{r.old_master_epoch} -> {r.new_master_epoch}")
                     if r.new_sync_state_set_epoch != r.old_sync_state_set_epoch + 1:
-                        bad("alter must move syncStateSetEpoch by one",
-                            f"{r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}")
+                        bad(
+                            "alter must move syncStateSetEpoch by one",
+                            f"{r.old_sync_state_set_epoch} -> {r.new_sync_state_set_epoch}",
+                        )
                 elif r.new_master_epoch != r.old_master_epoch or r.new_sync_state_set_epoch != r.old_sync_state_set_epoch:
                     bad(f"{r.kind} moved an epoch", "only elections and alters may")
             if r.new_master_broker_id is not None:

@@ -21,8 +21,7 @@ class ElectionPreview:
     detail: str
 
     def as_dict(self) -> dict:
-        return {"winner": self.winner, "dataAtRiskBytes": self.data_at_risk_bytes, "unclean": self.unclean,
-                "detail": self.detail}
+        return {"winner": self.winner, "dataAtRiskBytes": self.data_at_risk_bytes, "unclean": self.unclean, "detail": self.detail}
 
 
 def isolated_as_dead(live: Mapping[int, LiveInfo], isolated_ids: frozenset[int]) -> dict[int, LiveInfo]:
@@ -32,8 +31,9 @@ def isolated_as_dead(live: Mapping[int, LiveInfo], isolated_ids: frozenset[int])
     return {i: replace(info, alive=False) if i in isolated_ids else info for i, info in live.items()}
 
 
-def preview_election(state: SyncState, live: Mapping[int, LiveInfo], broker_id: int | None, *,
-                     enable_unclean: bool) -> ElectionPreview:
+def preview_election(
+    state: SyncState, live: Mapping[int, LiveInfo], broker_id: int | None, *, enable_unclean: bool
+) -> ElectionPreview:
     """An operator's election of ``broker_id`` (designated), or the controller's choice when None."""
     request = rules.ElectRequest(state.broker_name, broker_id, broker_id is not None, Trigger.OPERATOR)
     decision = rules.elect_master(state, live, request, enable_unclean=enable_unclean)

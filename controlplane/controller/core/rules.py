@@ -18,14 +18,14 @@ DROPPED_SET = "dropped broker set"  # a clean-up that removed the whole set: its
 
 # --- election (§1.5, §1.6) -----------------------------------------------------------------------
 
+
 def rank_key(info: LiveInfo) -> tuple:
     """Highest epoch, then highest maxOffset, then lowest electionPriority, then lowest id.
     Exact integer comparison (the Java port subtracts longs into an int; reference §1.6)."""
     return (-info.epoch, -info.max_offset, info.election_priority, info.broker_id)
 
 
-def _try_elect(pool: Iterable[int], live: Mapping[int, LiveInfo], old_master: int | None,
-               preferred: int | None) -> int | None:
+def _try_elect(pool: Iterable[int], live: Mapping[int, LiveInfo], old_master: int | None, preferred: int | None) -> int | None:
     alive = [live[i] for i in pool if i in live and live[i].alive]
     if not alive:
         return None
@@ -37,8 +37,7 @@ def _try_elect(pool: Iterable[int], live: Mapping[int, LiveInfo], old_master: in
     return min(alive, key=rank_key).broker_id
 
 
-def elect_policy(state: SyncState, live: Mapping[int, LiveInfo], *, enable_unclean: bool,
-                 preferred: int | None) -> int | None:
+def elect_policy(state: SyncState, live: Mapping[int, LiveInfo], *, enable_unclean: bool, preferred: int | None) -> int | None:
     """``DefaultElectPolicy.elect``: the SyncStateSet first, then (unclean) every replica."""
     chosen = _try_elect(state.sync_state_set, live, state.master_broker_id, preferred)
     if chosen is None and enable_unclean:
@@ -54,8 +53,9 @@ class ElectRequest:
     trigger: Trigger = Trigger.BROKER
 
 
-def elect_master(state: SyncState | None, live: Mapping[int, LiveInfo], request: ElectRequest, *,
-                 enable_unclean: bool) -> Decision:
+def elect_master(
+    state: SyncState | None, live: Mapping[int, LiveInfo], request: ElectRequest, *, enable_unclean: bool
+) -> Decision:
     if state is None or not state.replicas:
         return Decision(C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, detail=f"broker set {request.broker_name} is unknown")
     requester = request.broker_id if request.broker_id is not None and request.broker_id >= 0 else None
@@ -74,12 +74,16 @@ def elect_master(state: SyncState | None, live: Mapping[int, LiveInfo], request:
         new_state = state.with_master(new_master).with_sync_state_set(frozenset({new_master}))
         return Decision(C.SUCCESS, new_state)
     if requester is None:  # controller-triggered: master becomes null, the epoch still moves (§1.5 step 7)
-        return Decision(C.CONTROLLER_MASTER_NOT_AVAILABLE, state.with_master(None),
-                        detail="no replica could be elected; the broker set has no master")
+        return Decision(
+            C.CONTROLLER_MASTER_NOT_AVAILABLE,
+            state.with_master(None),
+            detail="no replica could be elected; the broker set has no master",
+        )
     return Decision(C.CONTROLLER_ELECT_MASTER_FAILED, detail="no eligible replica (alive and in the SyncStateSet)")
 
 
 # --- alterSyncStateSet (§1.7) ---------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class AlterRequest:
@@ -99,15 +103,18 @@ def alter_sync_state_set(state: SyncState | None, alive: Iterable[int], request:
     if new_set == state.sync_state_set:
         return Decision(C.CONTROLLER_ALTER_SYNC_STATE_SET_FAILED, detail="the new SyncStateSet equals the current one")
     if state.master_broker_id is None or state.master_broker_id != request.master_broker_id:
-        return Decision(C.CONTROLLER_INVALID_MASTER,
-                        detail=f"the master is {state.master_broker_id}, not {request.master_broker_id}")
+        return Decision(
+            C.CONTROLLER_INVALID_MASTER, detail=f"the master is {state.master_broker_id}, not {request.master_broker_id}"
+        )
     if request.master_epoch != state.master_epoch:
-        return Decision(C.CONTROLLER_FENCED_MASTER_EPOCH,
-                        detail=f"masterEpoch {request.master_epoch} is not the current {state.master_epoch}")
+        return Decision(
+            C.CONTROLLER_FENCED_MASTER_EPOCH, detail=f"masterEpoch {request.master_epoch} is not the current {state.master_epoch}"
+        )
     if request.sync_state_set_epoch != state.sync_state_set_epoch:
-        return Decision(C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
-                        detail=f"syncStateSetEpoch {request.sync_state_set_epoch} is not the current "
-                               f"{state.sync_state_set_epoch}")
+        return Decision(
+            C.CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH,
+            detail=f"syncStateSetEpoch {request.sync_state_set_epoch} is not the current {state.sync_state_set_epoch}",
+        )
     unknown = sorted(new_set - state.replica_ids)
     if unknown:
         return Decision(C.CONTROLLER_INVALID_REPLICAS, detail=f"not registered in this broker set: {unknown}")
@@ -121,73 +128,87 @@ def alter_sync_state_set(state: SyncState | None, alive: Iterable[int], request:
 
 # --- broker ids and registration (§1.8) ----------------------------------------------------------
 
+
 def next_broker_id(state: SyncState | None) -> int:
     return FIRST_BROKER_CONTROLLER_ID if state is None or not state.replicas else state.next_assign_broker_id
 
 
-def apply_broker_id(state: SyncState | None, cluster_name: str, broker_name: str, broker_id: int,
-                    register_check_code: str) -> Decision:
+def apply_broker_id(
+    state: SyncState | None, cluster_name: str, broker_name: str, broker_id: int, register_check_code: str
+) -> Decision:
     if broker_id < FIRST_BROKER_CONTROLLER_ID:
         return Decision(C.CONTROLLER_BROKER_ID_INVALID, detail=f"controller ids start at {FIRST_BROKER_CONTROLLER_ID}")
     address = register_check_code.split(";", 1)[0]
     replica = Replica(broker_id, address, register_check_code)
     if state is None or not state.replicas:
         if broker_id != FIRST_BROKER_CONTROLLER_ID:
-            return Decision(C.CONTROLLER_BROKER_ID_INVALID,
-                            detail=f"a new broker set starts with id {FIRST_BROKER_CONTROLLER_ID}, not {broker_id}")
+            return Decision(
+                C.CONTROLLER_BROKER_ID_INVALID,
+                detail=f"a new broker set starts with id {FIRST_BROKER_CONTROLLER_ID}, not {broker_id}",
+            )
         base = state or SyncState(cluster_name, broker_name)
         return Decision(C.SUCCESS, replace(base, replicas=(replica,), next_assign_broker_id=broker_id + 1))
     existing = state.replica(broker_id)
     if existing is None:
         # nextAssignBrokerId grows by one per accepted new id, whatever id it was (reference §1.8).
-        return Decision(C.SUCCESS, replace(state, replicas=(*state.replicas, replica),
-                                           next_assign_broker_id=state.next_assign_broker_id + 1))
+        return Decision(
+            C.SUCCESS, replace(state, replicas=(*state.replicas, replica), next_assign_broker_id=state.next_assign_broker_id + 1)
+        )
     if existing.register_check_code == register_check_code:
         return Decision(C.SUCCESS)  # an idempotent retry after a crash: nothing to write
     return Decision(C.CONTROLLER_BROKER_ID_INVALID, detail=f"broker id {broker_id} is taken by another replica")
 
 
-def register_broker(state: SyncState | None, broker_id: int, broker_address: str,
-                    live: Mapping[int, LiveInfo]) -> Decision:
+def register_broker(state: SyncState | None, broker_id: int, broker_address: str, live: Mapping[int, LiveInfo]) -> Decision:
     """``registerBroker`` ("registerSuccess"): the current master if it is alive, the SyncStateSet,
     and an address update when the replica moved."""
     me = state.replica(broker_id) if state is not None else None
     if state is None or me is None:
-        return Decision(C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED,
-                        detail=f"broker id {broker_id} is not registered; apply for an id first")
+        return Decision(
+            C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED, detail=f"broker id {broker_id} is not registered; apply for an id first"
+        )
     master = state.master_broker_id
     master_alive = master is not None and master in live and live[master].alive
     new_state = None
     if me.broker_address != broker_address:
-        replicas = tuple(replace(r, broker_address=broker_address) if r.broker_id == broker_id else r
-                         for r in state.replicas)
+        replicas = tuple(replace(r, broker_address=broker_address) if r.broker_id == broker_id else r for r in state.replicas)
         new_state = replace(state, replicas=replicas)
     return Decision(C.SUCCESS, new_state, extra={"master_alive": master_alive})
 
 
-def clean_broker_data(state: SyncState | None, ids: frozenset[int] | None, *, clean_living: bool,
-                      alive: Iterable[int]) -> Decision:
+def clean_broker_data(
+    state: SyncState | None, ids: frozenset[int] | None, *, clean_living: bool, alive: Iterable[int]
+) -> Decision:
     """``cleanBrokerData``: remove ids (no epoch bump) or the whole set (reference §1.9)."""
     if state is None or not state.replicas:
         return Decision(C.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, detail="unknown broker set")
     alive = set(alive)
     if not clean_living:
         if not ids and state.master_broker_id is not None:
-            return Decision(C.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
-                            detail="the broker set still has a master; name the ids to clean")
+            return Decision(
+                C.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, detail="the broker set still has a master; name the ids to clean"
+            )
         living = sorted(i for i in (ids or ()) if i in alive)
         if living:
             return Decision(C.CONTROLLER_INVALID_CLEAN_BROKER_METADATA, detail=f"still alive: {living}")
     if not ids:
-        return Decision(C.SUCCESS, replace(state, replicas=(), sync_state_set=frozenset(), master_broker_id=None),
-                        detail=DROPPED_SET, extra={"drop_set": True})
+        return Decision(
+            C.SUCCESS,
+            replace(state, replicas=(), sync_state_set=frozenset(), master_broker_id=None),
+            detail=DROPPED_SET,
+            extra={"drop_set": True},
+        )
     replicas = tuple(r for r in state.replicas if r.broker_id not in ids)
     new_set = state.sync_state_set - ids
     # A set exists only while both its replica table and its SyncStateSet do (reference §1.2, §1.4):
     # emptying either drops the whole set.
     if not replicas or (state.sync_state_set and not new_set):
-        return Decision(C.SUCCESS, replace(state, replicas=(), sync_state_set=frozenset(), master_broker_id=None),
-                        detail=DROPPED_SET, extra={"drop_set": True})
+        return Decision(
+            C.SUCCESS,
+            replace(state, replicas=(), sync_state_set=frozenset(), master_broker_id=None),
+            detail=DROPPED_SET,
+            extra={"drop_set": True},
+        )
     # Ours: a cleaned master id no longer names a master (upstream keeps pointing at the removed id).
     master = None if state.master_broker_id in ids else state.master_broker_id
     new_state = replace(state, replicas=replicas, sync_state_set=new_set, master_broker_id=master)

@@ -95,8 +95,17 @@ def candidates(state: SyncState, live: dict[int, LiveInfo]) -> tuple[Candidate, 
     out = []
     for r in sorted(state.replicas, key=lambda r: r.broker_id):
         info = live.get(r.broker_id) or LiveInfo(r.broker_id, alive=False)
-        out.append(Candidate(r.broker_id, info.alive, r.broker_id in state.sync_state_set, info.epoch,
-                             info.max_offset, info.confirm_offset, info.election_priority))
+        out.append(
+            Candidate(
+                r.broker_id,
+                info.alive,
+                r.broker_id in state.sync_state_set,
+                info.epoch,
+                info.max_offset,
+                info.confirm_offset,
+                info.election_priority,
+            )
+        )
     return tuple(out)
 
 
