@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from controlplane.isolation import isolated_addrs
+
 from . import liveness, route_cache, wire
 from .core.routes import TopicRouteData, pickup_route
 from .core.values import DataVersion, Group, Member, QueueData
@@ -68,9 +70,7 @@ def _topic_route(topic: str, support_acting_master: bool) -> TopicRouteData | No
     queues = list(TopicQueue.objects.filter(topic=topic).select_related("group"))
     if not queues:
         return None
-    from controlplane.isolation import isolated_addrs  # isolated brokers leave the routes
-
-    isolated = isolated_addrs()
+    isolated = isolated_addrs()  # isolated brokers leave the routes
     groups = {
         r.broker_name: group_value(r, [m for m in r.members.all() if (r.cluster_name, m.broker_addr) not in isolated])
         for r in BrokerGroup.objects.filter(id__in={q.group_id for q in queues}).prefetch_related("members")

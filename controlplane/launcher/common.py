@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -176,6 +177,17 @@ def report_death(dead: Watched) -> None:
     for line in tail(dead.log_path, 25).splitlines():
         print(f"    {line}", file=sys.stderr)
     sys.stderr.flush()
+
+
+def run_until_death(watched: Sequence[Watched], *, interval_s: float, consequence: str) -> None:
+    """Block until one watched process dies (Ctrl-C ends the wait through the signal handlers); then
+    show its log tail and raise LauncherError("<name> died<consequence>")."""
+    while True:
+        dead = first_dead(watched)
+        if dead is not None:
+            report_death(dead)
+            raise LauncherError(f"{dead.name} died{consequence}")
+        time.sleep(interval_s)
 
 
 @dataclass

@@ -3,22 +3,18 @@ of brokers until Ctrl-C."""
 
 from __future__ import annotations
 
-import time
-
 from testkit.ports import free_port
 from testkit.procs import Process
 
 from .common import (
     DATA_DIR,
     LOG_DIR,
-    LauncherError,
     child_env,
     display_path,
     ensure_port_free,
     enter_stopping,
-    first_dead,
     log,
-    report_death,
+    run_until_death,
     stop_children,
     watch,
 )
@@ -75,12 +71,7 @@ def cmd_demo(port: int) -> int:
                 f"  Topic DemoTopic. Kill a broker (kill -9 <pid>, logs in {display_path(LOG_DIR)}/) to watch a failover.\n",
                 flush=True,
             )
-        while True:
-            dead = first_dead(watched)
-            if dead is not None:
-                report_death(dead)
-                raise LauncherError(f"{dead.name} died; stopped everything")
-            time.sleep(0.5)
+        run_until_death(watched, interval_s=0.5, consequence="; stopped everything")
     finally:
         enter_stopping()
         stop_children(children)

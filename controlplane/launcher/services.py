@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import os
-import time
 
-from .common import LauncherError, Services, enter_stopping, first_dead, log, redact, report_death
+from .common import Services, enter_stopping, log, redact, run_until_death
 from .postgres import ensure_database, start_embedded_postgres
 from .redis_server import check_redis, start_embedded_redis
 
@@ -44,12 +43,7 @@ def cmd_services() -> int:
         print(f"export DATABASE_URL='{services.database_url}'", flush=True)
         print(f"export REDIS_URL='{services.redis_url}'", flush=True)
         log("services are ready; press Ctrl-C to stop them")
-        while True:
-            dead = first_dead(services.watched)
-            if dead is not None:
-                report_death(dead)
-                raise LauncherError(f"{dead.name} died")
-            time.sleep(1)
+        run_until_death(services.watched, interval_s=1.0, consequence="")
     finally:
         enter_stopping()
         services.stop()
