@@ -15,7 +15,11 @@ names = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
     topic=names,
     queue_id=st.integers(0, 2**31 - 1),
     body=st.binary(max_size=4096),
-    props=st.dictionaries(names, st.text(alphabet=st.characters(blacklist_characters="\x01\x02"), max_size=20), max_size=5),
+    props=st.dictionaries(
+        names,
+        st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), max_size=20),
+        max_size=5,
+    ),
     queue_offset=st.integers(0, 2**62),
     physical_offset=st.integers(0, 2**62),
     flag=st.integers(-(2**31), 2**31 - 1),
@@ -73,3 +77,9 @@ def test_oversized_topic_and_properties_are_illegal():
         m.validate(m.Message("x" * 128, 0, b""))
     with pytest.raises(ValueError, match="properties"):
         m.validate(m.Message("T", 0, b"", {"k": "v" * 40000}))
+
+
+def test_properties_that_are_not_utf8_are_refused_not_stored():
+    msg = m.Message("t", 0, b"x", {"k": "\ud800"}, born_timestamp=1700000000000, born_host=("10.1.2.3", 4567))
+    with pytest.raises(m.IllegalMessage, match=m.PROPERTIES_UTF8):
+        m.encode(msg, queue_offset=0, physical_offset=0, store_timestamp=1700000000123)
