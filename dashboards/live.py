@@ -8,9 +8,10 @@ subscribe to a group or to everything.
 
 The controller does not call this module: it announces ``replica_group_changed`` after a committed
 transition. ``on_replica_group_changed`` (connected in ``DashboardsConfig.ready``) only notes the
-group's name; a thread of the electing process hands the noted names to a Redis set, batched, and a
-process that serves pages takes them from there and publishes those groups' states, batched and
-throttled (``STATE_INTERVAL_S``). When no page is open, no state is read or sent at all.
+group's name; a thread of the electing process hands the noted names to a Redis set and publishes a
+wake-up on a Redis channel (batched: at most once per ``NOTE_INTERVAL_S``), and a process that serves
+pages, woken by it, takes the names from the set and publishes those groups' states. When no page is
+open, no state is read or sent at all.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from .selectors import group_state, group_states
 log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 1.0
-STATE_INTERVAL_S = 0.25  # state batches: a group's changes within this window go out as one update
+NOTE_INTERVAL_S = 0.01  # an electing process hands its noted names over at most this often
+STATE_SAFETY_S = 1.0  # a page-serving process also looks for noted names this often (a lost wake-up)
 STATE_BATCH_MAX = 1000  # groups per batch (a bigger backlog takes several)
 CHANGED_TTL_S = 60
 ALL = "dash.all"
@@ -138,13 +140,18 @@ def _changed_key() -> str:
     return key("dash", "changed")
 
 
+def _wake_channel() -> str:
+    return key("dash", "changed-wake")
+
+
 class ChangeNotes:
     """The electing side: names of replica groups whose state changed, handed to Redis (one set, shared
-    by every process) from a daemon thread of this process, at most once per ``STATE_INTERVAL_S``.
+    by every process) with a wake-up for the pages' processes, from a daemon thread of this process, at
+    most once per ``NOTE_INTERVAL_S``.
     ``note`` is a set insert under a lock, cheap enough for the thread that has just committed an
     election; no selector and no channel-layer send runs in this process for it."""
 
-    def __init__(self, interval_s: float = STATE_INTERVAL_S) -> None:
+    def __init__(self, interval_s: float = NOTE_INTERVAL_S) -> None:
         self.interval_s = interval_s
         self._pending: set[str] = set()
         self._lock = threading.Lock()
@@ -176,6 +183,7 @@ class ChangeNotes:
                     pipe = sync_client().pipeline(transaction=False)
                     pipe.sadd(_changed_key(), *names)
                     pipe.expire(_changed_key(), CHANGED_TTL_S)  # no page open anywhere: the names age out
+                    pipe.publish(_wake_channel(), "1")
                     pipe.execute()
                     self.handed += len(names)
                 except Exception:  # best effort: a page also renders the state on load
@@ -193,8 +201,9 @@ def on_replica_group_changed(sender, broker_name: str, **kwargs) -> None:
 
 class _StatePublisher:
     """The page side: while this process serves at least one page (on this event loop), take the noted
-    names from Redis every ``STATE_INTERVAL_S`` (SPOP: each name goes to one process) and send those
-    groups' states, read in one selector call, to every page through the channel layer."""
+    names from Redis whenever an electing process wakes it (and every ``STATE_SAFETY_S`` in case a
+    wake-up was lost; SPOP: each name goes to one process) and send those groups' states, read in one
+    selector call, to every page through the channel layer."""
 
     def __init__(self) -> None:
         self.pages = 0
@@ -212,14 +221,26 @@ class _StatePublisher:
             self.task = None
 
     async def _run(self) -> None:
+        pubsub = None
         while self.pages > 0:
             try:
-                await self.publish_noted()
+                if pubsub is None:
+                    pubsub = async_client().pubsub(ignore_subscribe_messages=True)
+                    await pubsub.subscribe(_wake_channel())
+                await self.publish_noted()  # also what was noted before the subscription
+                await pubsub.get_message(timeout=STATE_SAFETY_S)  # a wake-up, or the safety interval
             except asyncio.CancelledError:
+                if pubsub is not None:
+                    await pubsub.aclose()
                 raise
             except Exception:  # best effort: a page also renders the state on load
                 log.exception("dashboard state updates not sent")
-            await asyncio.sleep(STATE_INTERVAL_S)
+                if pubsub is not None:
+                    await pubsub.aclose()
+                    pubsub = None
+                await asyncio.sleep(STATE_SAFETY_S)
+        if pubsub is not None:
+            await pubsub.aclose()
 
     async def publish_noted(self) -> int:
         names = await async_client().spop(_changed_key(), STATE_BATCH_MAX)
