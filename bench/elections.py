@@ -104,7 +104,7 @@ def elect_loop(names: list[str], mode: str, seed: int, start: float, measure_fro
     """Elections until ``stop`` (wall clock); latencies of the calls that started and ended in the window."""
     from controlplane.controller import selectors, services
     from controlplane.controller.core.state import Trigger
-    from dashboards.live import NOTE_INTERVAL_S, change_notes
+    from dashboards.live import NOTE_RATE_PER_S, change_notes
 
     handed_before = change_notes.handed
 
@@ -159,7 +159,7 @@ def elect_loop(names: list[str], mode: str, seed: int, start: float, measure_fro
                 ok_ms.append(ms)
             else:
                 refused_ms.append(ms)
-    time.sleep(2 * NOTE_INTERVAL_S)  # the dashboard's last batch of notes is handed over before we count
+    time.sleep(2 / NOTE_RATE_PER_S)  # the dashboard's last batch of notes is handed over before we count
     return {
         "ok_ms": ok_ms,
         "refused_ms": refused_ms,
