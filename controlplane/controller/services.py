@@ -191,7 +191,7 @@ def _transition_values(
     *,
     requested_by: str,
     requested_broker_id: int | None,
-    live: dict[int, LiveInfo] | None,
+    live: dict[int, LiveInfo] | None = None,
 ) -> dict:
     return {
         "cluster_name": new.cluster_name,
@@ -214,42 +214,18 @@ def _transition_values(
     }
 
 
-def _write_transition(
-    gid: int,
-    kind: str,
-    trigger: Trigger,
-    old: SyncState,
-    new: SyncState,
-    decision: Decision,
-    *,
-    requested_by: str,
-    requested_broker_id: int | None,
-    live: dict[int, LiveInfo] | None = None,
-) -> None:
-    values = _transition_values(
-        kind, trigger, old, new, decision, requested_by=requested_by, requested_broker_id=requested_broker_id, live=live
-    )
-    values.update(gid=gid, master=new.master_broker_id, candidates=json.dumps(values["candidates"]))
+def _write_transition(gid: int, *args, **kw) -> None:
+    """Elections and alters: the group's new state and its history row in one statement (the arguments
+    are ``_transition_values``')."""
+    values = _transition_values(*args, **kw)
+    values.update(gid=gid, master=values["new_master_broker_id"], candidates=json.dumps(values["candidates"]))
     with connection.cursor() as cur:
         cur.execute(_TRANSITION_SQL, values)
 
 
-def _record(
-    kind: str,
-    trigger: Trigger,
-    old: SyncState,
-    new: SyncState,
-    decision: Decision,
-    *,
-    requested_by: str,
-    requested_broker_id: int | None,
-    live: dict[int, LiveInfo] | None = None,
-) -> None:
-    Transition.objects.create(
-        **_transition_values(
-            kind, trigger, old, new, decision, requested_by=requested_by, requested_broker_id=requested_broker_id, live=live
-        )
-    )
+def _record(*args, **kw) -> None:
+    """The history row of a rare operation written with ``_store`` (the arguments are ``_transition_values``')."""
+    Transition.objects.create(**_transition_values(*args, **kw))
 
 
 def role_change_payload(state: SyncState) -> dict:
