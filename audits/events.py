@@ -123,19 +123,21 @@ def parse_offset_events(value: object) -> OffsetEventBatch:
     )
 
 
+_LONG = {"type": "integer", "format": "int64", "minimum": 0, "maximum": v.MAX_ID}
 OFFSET_EVENTS_SCHEMA = {
     "type": "object",
     "required": ["clusterName", "brokerName", "brokerId", "role", "masterEpoch", "events"],
     "properties": {
-        "clusterName": {"type": "string", "maxLength": 127},
-        "brokerName": {"type": "string", "maxLength": 127},
-        "brokerId": {"type": "integer", "format": "int64", "minimum": 0},
+        "clusterName": v.NAME_SCHEMA,
+        "brokerName": v.NAME_SCHEMA,
+        "brokerId": _LONG,
         "role": {"type": "string", "enum": list(BrokerRole)},
-        "masterEpoch": {"type": "integer", "format": "int64", "minimum": -1},
+        "masterEpoch": {**_LONG, "minimum": -1},
         "dataVersion": {
             "type": "object",
             "description": "the offset table's DataVersion; default 0s",
-            "properties": {k: {"type": "integer", "format": "int64", "minimum": 0} for k in _DATA_VERSION},
+            "required": list(_DATA_VERSION),
+            "properties": {k: _LONG for k in _DATA_VERSION},
         },
         "events": {
             "type": "array",
@@ -145,22 +147,18 @@ OFFSET_EVENTS_SCHEMA = {
                 "type": "object",
                 "required": list(_EVENT),
                 "properties": {
-                    "consumerGroup": {"type": "string", "maxLength": 127},
-                    "topic": {"type": "string", "maxLength": 127},
+                    "consumerGroup": v.NAME_SCHEMA,
+                    "topic": v.NAME_SCHEMA,
                     "queueId": {"type": "integer", "minimum": 0, "maximum": 65535},
-                    "offset": {"type": "integer", "format": "int64", "minimum": 0},
+                    "offset": _LONG,
                     "source": {"type": "string", "enum": [s.value for s in Source]},
                     "timestampMs": {
-                        "type": "integer",
-                        "format": "int64",
-                        "minimum": 0,
+                        **_LONG,
                         "description": "the broker's clock at the commit, epoch ms",
                     },
                     "queueMaxOffset": {
-                        "type": "integer",
+                        **_LONG,
                         "nullable": True,
-                        "format": "int64",
-                        "minimum": 0,
                         "description": "the queue's max offset on the reporting broker, if known",
                     },
                 },

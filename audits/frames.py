@@ -12,7 +12,7 @@ from .events import parse_offset_events
 
 async def offset_events(connection: ws.BrokerConsumer, payload: dict) -> dict:
     batch = parse_offset_events(payload)
-    connection.check_cluster(batch.cluster_name)
+    await connection.check_binding(clusters=[batch.cluster_name], broker_sets=[batch.broker_name], remember=True)
     # The batches of all sockets of this process go to the Redis buffer in one call per round trip.
     await ws.coalescer("offset_events", ws.without_results(event_store.append_async)).submit(batch)
     return {"accepted": len(batch.events)}

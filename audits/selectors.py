@@ -29,13 +29,20 @@ def latest_finished_run() -> AuditRun | None:
 
 
 def findings(
-    audit_run: AuditRun, *, kind: str | None = None, cause: str | None = None, limit: int | None = None
+    audit_run: AuditRun,
+    *,
+    kind: str | None = None,
+    cause: str | None = None,
+    cluster_name: str | None = None,
+    limit: int | None = None,
 ) -> QuerySet[Finding]:
     qs = Finding.objects.filter(run=audit_run)
     if kind:
         qs = qs.filter(kind=kind)
     if cause:
         qs = qs.filter(cause=cause)
+    if cluster_name:
+        qs = qs.filter(cluster_name=cluster_name)
     return qs[:limit] if limit else qs
 
 

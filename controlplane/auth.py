@@ -1,5 +1,7 @@
-"""Token authentication for brokers and tools (``Authorization: Bearer <token>``), and who counts as
-an operator (``is_operator``: the one definition, used by REST, the dashboard and the audits page).
+"""Token authentication for brokers and tools (``Authorization: Bearer <token>``), who counts as
+an operator (``is_operator``: the one definition, used by REST, the dashboard and the audits page),
+and a token's cluster binding (``Caller.check``: the one definition, used by every REST endpoint and
+websocket frame that names a cluster or a broker set).
 
 Valid tokens are cached in-process for a few seconds so that 1 Hz heartbeats from hundreds of
 brokers do not each cost a Postgres read; a revoked token stops working within TOKEN_CACHE_SECONDS.
@@ -8,11 +10,14 @@ brokers do not each cost a Postgres read; a revoked token stops working within T
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from threading import Lock
 
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import authentication, exceptions, permissions, status
 
+from .codes import ResponseCode
+from .errors import ApiError
 from .models import ApiToken, TokenScope, hash_token
 
 TOKEN_CACHE_SECONDS = 5.0
@@ -35,8 +40,89 @@ class TokenPrincipal:
     def is_admin(self) -> bool:
         return self.scope == TokenScope.ADMIN
 
-    def allows_cluster(self, cluster_name: str) -> bool:
-        return not self.cluster_name or self.cluster_name == cluster_name
+    @property
+    def caller(self) -> Caller:
+        return Caller(f"token:{self.name}", self.cluster_name)
+
+
+# --- the cluster binding ---------------------------------------------------------------------------
+# A token may be bound to one cluster (ApiToken.cluster_name, docs/api.md): it then acts on and reads
+# that cluster only. A request reaches another cluster when it names another clusterName, names a broker
+# set the control plane knows in another cluster (the set's stored cluster counts, not the one the
+# request claims), or targets every cluster (no cluster or set named where that means "all").
+
+BrokerSetReader = Callable[[list[str]], Iterable[tuple[str, str]]]
+_broker_set_readers: list[BrokerSetReader] = []
+
+
+def register_broker_set_reader(reader: BrokerSetReader) -> None:
+    """Where a sibling keeps broker sets: ``reader(names)`` yields (brokerName, clusterName) for those of
+    ``names`` it knows. The nameserver and the controller register theirs when their app is ready (this
+    floor may not import them), as they register their websocket frames."""
+    if reader not in _broker_set_readers:
+        _broker_set_readers.append(reader)
+
+
+def broker_set_clusters(broker_names: Iterable[str]) -> dict[str, frozenset[str]]:
+    """The clusters the control plane (nameserver and controller) knows each of ``broker_names`` in;
+    a name known nowhere is absent. Blocking: the readers use the ORM."""
+    names = sorted(set(broker_names))
+    found: dict[str, set[str]] = {}
+    for reader in _broker_set_readers:
+        for name, cluster in reader(names):
+            found.setdefault(name, set()).add(cluster)
+    return {name: frozenset(clusters) for name, clusters in found.items()}
+
+
+def binding_refusal(
+    bound_cluster: str,
+    clusters: Iterable[str | None] = (),
+    known: Mapping[str, Collection[str]] | None = None,
+    *,
+    every_cluster: bool = False,
+) -> str | None:
+    """Why a token bound to ``bound_cluster`` may not make a request, or None when it may. ``clusters``:
+    the clusterNames the request names (None or "" for none); ``known``: the clusters each broker set
+    it names is known in (``broker_set_clusters``); ``every_cluster``: it targets every cluster."""
+    if not bound_cluster:
+        return None
+    if every_cluster:
+        return f"this token is bound to cluster {bound_cluster}: name that cluster or its broker sets"
+    for cluster in clusters:
+        if cluster and cluster != bound_cluster:
+            return f"this token may not act on cluster {cluster}"
+    for name, where in sorted((known or {}).items()):
+        if any(cluster != bound_cluster for cluster in where):
+            return f"this token may not act on broker set {name}: it belongs to another cluster"
+    return None
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a request, as the operations shared by REST and the websocket see it: the name history
+    rows and logs give it, and the cluster its token is bound to ("" for an unbound token or a
+    dashboard login: both may act on every cluster). A listing that names no cluster shows a bound
+    caller ``bound_cluster``'s entries only."""
+
+    name: str
+    bound_cluster: str = ""
+
+    def check(
+        self, *, clusters: Iterable[str | None] = (), broker_sets: Iterable[str | None] = (), every_cluster: bool = False
+    ) -> frozenset[str]:
+        """Refuse a request that reaches another cluster than the token's (``binding_refusal``) with
+        ApiError 403 + 16 NO_PERMISSION; call it before anything changes. Returns the named broker sets
+        the control plane knows (all in the token's cluster then). Looks nothing up for an unbound
+        caller, nor when a named cluster is already refused; blocking otherwise (the ORM)."""
+        if not self.bound_cluster:
+            return frozenset()
+        refusal = binding_refusal(self.bound_cluster, clusters, every_cluster=every_cluster)
+        names = [n for n in broker_sets if n]
+        known = broker_set_clusters(names) if refusal is None and names else {}
+        refusal = refusal or binding_refusal(self.bound_cluster, known=known)
+        if refusal is not None:
+            raise ApiError(ResponseCode.NO_PERMISSION, refusal, status.HTTP_403_FORBIDDEN)
+        return frozenset(known)
 
 
 _cache: dict[str, tuple[float, TokenPrincipal | None]] = {}
@@ -110,9 +196,14 @@ def request_is_operator(request) -> bool:
 
 def who(request) -> str:
     """How the audit log and the controller's history name the caller of a request."""
+    return caller_of(request).name
+
+
+def caller_of(request) -> Caller:
+    """The token (with its cluster binding) or the session user behind a REST request."""
     if isinstance(request.auth, TokenPrincipal):
-        return f"token:{request.auth.name}"
-    return f"user:{request.user.get_username()}" if getattr(request, "user", None) else "anonymous"
+        return request.auth.caller
+    return Caller(f"user:{request.user.get_username()}" if getattr(request, "user", None) else "anonymous")
 
 
 def _session_user(request):

@@ -45,7 +45,8 @@ class ConfigStore(Generic[C]):
         with transaction.atomic():
             for k, v in parsed.items():
                 self._model.objects.update_or_create(key=k, defaults={"value": v})
+            transaction.on_commit(self.invalidate)
             if self._on_change:
                 transaction.on_commit(self._on_change)
-        self.invalidate()
-        return self.current()
+        # Not cached: inside a caller's transaction (the audited admin call) this is not committed yet.
+        return self._build({e.key: e.value for e in self._model.objects.all()})

@@ -1,12 +1,24 @@
 """RocketMQ-style key/value configs (``NamesrvConfig``, ``ControllerConfig``): typed defaults,
-run-time updates, and a black list of keys that can never be updated. Pure."""
+run-time updates, and a black list of keys that can never be updated. Pure.
+
+A value is sent as JSON (true, 5000, "DLedger") or, as in a RocketMQ properties file, as text ("true",
+"5000"). Integer keys are bounded as RocketMQ types them: a Java ``int`` (at most 2^31-1) unless the
+schema names the key a ``long`` (at most 2^63-1); text must be storable (no NUL, no lone surrogate).
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from controlplane import validation as v
+
 Value = bool | int | str
+
+_TRUE_FALSE = "^(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"  # Java's Boolean.parseBoolean, as text
+_BOOLEAN = re.compile(_TRUE_FALSE)
+_DECIMAL = re.compile("^" + v.decimal_pattern(0, v.LONG_MAX) + "$")
 
 
 class ConfigError(ValueError):
@@ -23,28 +35,52 @@ class ConfigSchema:
     defaults: Mapping[str, Value]
     always_black_listed: frozenset[str]
     minimums: Mapping[str, int] = field(default_factory=dict)
+    # Integer keys RocketMQ declares ``long``; every other integer key is a Java ``int``.
+    longs: frozenset[str] = frozenset()
+
+    def bounds(self, key: str) -> tuple[int, int]:
+        return self.minimums.get(key, 0), v.LONG_MAX if key in self.longs else v.INT_MAX
 
     def parse(self, key: str, raw: object) -> Value:
         default = self.defaults[key]
         if isinstance(default, bool):
             if isinstance(raw, bool):
                 return raw
-            if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
-                return raw.strip().lower() == "true"
+            if isinstance(raw, str) and _BOOLEAN.fullmatch(raw):
+                return raw.lower() == "true"
             raise ValueError("must be true or false")
         if isinstance(default, int):
-            if isinstance(raw, bool):
-                raise ValueError("must be an integer")
-            try:
-                value = raw if isinstance(raw, int) else int(str(raw).strip())
-            except ValueError:
-                raise ValueError("must be an integer") from None
-            if value < self.minimums.get(key, 0):
-                raise ValueError(f"must be >= {self.minimums.get(key, 0)}")
-            return value
-        if not isinstance(raw, str):
-            raise ValueError("must be a string")
-        return raw
+            low, high = self.bounds(key)
+            message = f"must be an integer from {low} to {high}"
+            if isinstance(raw, str) and _DECIMAL.fullmatch(raw):
+                raw = int(raw)
+            if type(raw) is not int or not low <= raw <= high:
+                raise ValueError(message)
+            return raw
+        if (problem := v.text()(raw)) is not None:
+            raise ValueError(problem)
+        return raw  # type: ignore[return-value]
+
+    def json_schema(self, key: str) -> dict:
+        """What ``parse`` takes for ``key``, as an OpenAPI schema."""
+        default = self.defaults[key]
+        if isinstance(default, bool):
+            return {"oneOf": [{"type": "boolean"}, {"type": "string", "pattern": _TRUE_FALSE}], "default": default}
+        if isinstance(default, int):
+            low, high = self.bounds(key)
+            as_text = {"type": "string", "pattern": "^" + v.decimal_pattern(low, high) + "$"}
+            return {"oneOf": [{"type": "integer", "minimum": low, "maximum": high}, as_text], "default": default}
+        return {"type": "string", "maxLength": v.TEXT_MAX_LENGTH, "pattern": v.TEXT_PATTERN, "default": default}
+
+    def update_json_schema(self) -> dict:
+        """An update: any non-empty subset of the keys that may ever be updated."""
+        keys = [k for k in self.defaults if k not in self.always_black_listed]
+        return {
+            "type": "object",
+            "properties": {k: self.json_schema(k) for k in keys},
+            "additionalProperties": False,
+            "minProperties": 1,
+        }
 
 
 @dataclass(frozen=True)

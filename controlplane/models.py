@@ -48,7 +48,7 @@ class OperatorAction(models.Model):
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     actor = models.CharField(max_length=150)  # a user name, or "token:<name>"
-    action = models.CharField(max_length=64, db_index=True)  # e.g. elect_master, isolate, reset_offset
+    action = models.CharField(max_length=255, db_index=True)  # e.g. elect_master, isolate; "POST /api/..." for REST
     cluster_name = models.CharField(max_length=255, blank=True, default="")
     broker_name = models.CharField(max_length=255, blank=True, default="", db_index=True)
     broker_id = models.BigIntegerField(null=True, blank=True)

@@ -73,3 +73,15 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
 end
 return 0
 """
+
+
+# Redis refuses an expiry whose absolute time overflows (ERR invalid expire time); configs allow
+# intervals up to Java's Long.MAX_VALUE, so a slot never lasts longer than this (about 4,400 years).
+MAX_SLOT_MILLIS = 2**47
+
+
+def acquire_slot(slot_key: str, interval_millis: int) -> bool:
+    """Take a periodic job's slot for ``interval_millis`` (less 50 ms of slack) unless another process
+    holds it: at most one run per interval across every beat and worker."""
+    px = min(MAX_SLOT_MILLIS, max(1, interval_millis - 50))
+    return bool(sync_client().set(slot_key, "1", nx=True, px=px))

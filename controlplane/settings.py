@@ -168,8 +168,14 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.auth.HasReadAccess"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.errors.exception_handler",
+    # The API takes JSON bodies only (docs/api.md "Input rules"): a form or multipart body gets 415.
+    "DEFAULT_PARSER_CLASSES": ["controlplane.validation_drf.JsonParser"],
     "UNAUTHENTICATED_USER": None,
 }
+# A request body of more than this many bytes is refused with 413 (a broker's batch of 10,000 offset
+# events is about 1.5 MB); forms (the dashboard's and the admin's) of more fields with 400.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "RocketMQ HA control plane API",
@@ -183,6 +189,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        # what every operation may answer beyond its view's declaration (controlplane/openapi.py)
+        "controlplane.openapi.complete_responses",
+        # a body whose schema requires properties is a required body (controlplane/validation_drf.py)
+        "controlplane.validation_drf.require_bodies",
+    ],
 }
 
 LOGGING = {

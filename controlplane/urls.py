@@ -5,8 +5,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from audits import urls as audits_urls
-from controlplane.errors import json_404, json_500
+from controlplane.errors import json_400, json_403, json_404, json_500
 
+handler400 = json_400
+handler403 = json_403
 handler404 = json_404
 handler500 = json_500
 

@@ -21,7 +21,7 @@ import asyncio
 import json
 import logging
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import parse_qs
 
 from channels.consumer import get_handler_name
@@ -29,9 +29,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from rest_framework.exceptions import ValidationError
 
-from controlplane.auth import TokenPrincipal, bearer_token, principal_for
+from controlplane.auth import Caller, TokenPrincipal, bearer_token, principal_for
 from controlplane.errors import ApiError, ResponseCode, error_body
-from controlplane.validation import Invalid
+from controlplane.validation import Invalid, RefusedValues, parse_json
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +150,9 @@ def coalescer(kind: str, flush: Callable[[list], Awaitable[list]]) -> Coalescer:
 
 
 class BrokerConsumer(AsyncWebsocketConsumer):
-    """One broker's socket. Handlers see it as their ``connection``: ``principal``, ``requested_by``,
-    ``check_cluster``, ``bound(kind)`` (what this socket stands for, per app) and ``channel_name``."""
+    """One broker's socket. Handlers see it as their ``connection``: ``principal``, ``caller`` (the
+    token as the shared operations see it), ``check_binding``, ``bound(kind)`` (what this socket stands
+    for, per app) and ``channel_name``."""
 
     principal: TokenPrincipal
 
@@ -173,6 +174,7 @@ class BrokerConsumer(AsyncWebsocketConsumer):
             return
         self.principal = principal
         self._bound: dict[str, set[str]] = {}
+        self._own_broker_sets: set[str] = set()  # found in the token's cluster (check_binding, remember)
         self.push_seq = 0
         await self.accept()
 
@@ -187,12 +189,25 @@ class BrokerConsumer(AsyncWebsocketConsumer):
     # --- what handlers use ---------------------------------------------------------------------
 
     @property
-    def requested_by(self) -> str:
-        return f"token:{self.principal.name}"
+    def caller(self) -> Caller:
+        return self.principal.caller
 
-    def check_cluster(self, cluster_name: str) -> None:
-        if not self.principal.allows_cluster(cluster_name):
-            raise FrameError(ResponseCode.NO_PERMISSION, f"this token may not act on cluster {cluster_name}")
+    async def check_binding(
+        self, *, clusters: Iterable[str | None] = (), broker_sets: Iterable[str | None] = (), remember: bool = False
+    ) -> None:
+        """``Caller.check`` for a frame (an error frame with 16 NO_PERMISSION), the look-up off the
+        event loop. ``remember``: broker sets found in the token's cluster are not looked up again on
+        this socket, for the frames a broker sends every second whose effects stay keyed by their own
+        (checked) clusterName: heartbeats and offset events."""
+        caller = self.caller
+        if not caller.bound_cluster:
+            return
+        caller.check(clusters=clusters)  # no look-up
+        names = [n for n in broker_sets if n and not (remember and n in self._own_broker_sets)]
+        if names:
+            known = await database_sync_to_async(caller.check)(broker_sets=names)
+            if remember:
+                self._own_broker_sets |= known
 
     def bound(self, kind: str) -> set[str]:
         """The members of ``kind`` (an app's own key) this socket stands for; the app adds and removes."""
@@ -204,9 +219,13 @@ class BrokerConsumer(AsyncWebsocketConsumer):
         seq = None
         try:
             try:
-                frame = json.loads(text_data if text_data is not None else bytes_data)
-            except (ValueError, TypeError):
-                raise FrameError(ResponseCode.INVALID_PARAMETER, "frame is not valid JSON") from None
+                frame = parse_json(text_data if text_data is not None else bytes_data or b"")
+            except Invalid as exc:  # the REST bodies' rule: not JSON, too deep, NaN, NUL, lone surrogates
+                fields = exc.fields
+                if isinstance(exc, RefusedValues) and isinstance(exc.value, dict) and isinstance(fields, dict):
+                    seq = exc.value.get("seq") if "seq" not in fields else None
+                    fields = fields["payload"] if set(fields) == {"payload"} else fields  # the payload's fields
+                raise FrameError(ResponseCode.INVALID_PARAMETER, "invalid frame", fields) from None
             if not isinstance(frame, dict):
                 raise FrameError(ResponseCode.INVALID_PARAMETER, "frame must be a JSON object")
             seq = frame.get("seq")

@@ -4,6 +4,7 @@ middleware: the page sends X-CSRFToken), operators only; bad input is a 400 with
 from __future__ import annotations
 
 import json
+import logging
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, JsonResponse
@@ -15,11 +16,13 @@ from controlplane import validation as v
 from . import actions
 from .permissions import is_operator
 
+log = logging.getLogger(__name__)
+
 
 def _body(request: HttpRequest) -> dict:
     try:
         data = json.loads(request.body or b"{}")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise actions.ActionError("the body must be a JSON object") from exc
     if not isinstance(data, dict):
         raise actions.ActionError("the body must be a JSON object")
@@ -55,6 +58,9 @@ def _operator_action(handler):
             return JsonResponse(handler(request, broker_name, *args, **kwargs))
         except actions.ActionError as exc:
             return JsonResponse({"detail": exc.detail, **({"fields": exc.fields} if exc.fields else {})}, status=exc.status)
+        except Exception:  # e.g. the audit record could not be written: the action was rolled back with it
+            log.exception("operator action %s on %s failed", handler.__name__, broker_name)
+            return JsonResponse({"detail": "internal error, nothing was changed; see the server log"}, status=500)
 
     view.__name__ = handler.__name__
     return view
@@ -65,7 +71,8 @@ def _operator_action(handler):
 @_operator_action
 def elect_preview(request: HttpRequest, broker_name: str) -> dict:
     raw = request.GET.get("brokerId", "")
-    broker_id = _field({"brokerId": int(raw) if raw.isdigit() else raw}, "brokerId", _BROKER_ID) if raw else None
+    number = raw.isascii() and raw.isdigit() and len(raw) <= 19
+    broker_id = _field({"brokerId": int(raw) if number else raw}, "brokerId", _BROKER_ID) if raw else None
     return actions.preview_elect(broker_name, broker_id).as_dict()
 
 

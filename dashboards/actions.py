@@ -1,8 +1,13 @@
 """Operator actions on replica groups: elect (automatic or a designated replica), isolate, write
 permission. Each one goes through the same services as the REST API and is written to the operator
-audit log with the state before and after."""
+audit log with the state before and after, in the transaction that makes the change (``@audited``):
+the change and its record commit together or not at all."""
 
 from __future__ import annotations
+
+import functools
+
+from django.db import transaction
 
 from controlplane import audit
 from controlplane.codes import ResponseCode
@@ -30,6 +35,19 @@ def preview_elect(broker_name: str, broker_id: int | None) -> ElectionPreview:
     return preview
 
 
+def audited(action):
+    """Run an action in one transaction with the audit record it writes: if the record cannot be
+    written, the change is rolled back (the caller sees an error and nothing changed)."""
+
+    @functools.wraps(action)
+    def run(*args, **kwargs):
+        with transaction.atomic():
+            return action(*args, **kwargs)
+
+    return run
+
+
+@audited
 def elect(actor: str, broker_name: str, broker_id: int | None) -> dict:
     before = selectors.group_state(broker_name) or {}
     if not before:
@@ -55,6 +73,7 @@ def elect(actor: str, broker_name: str, broker_id: int | None) -> dict:
     return {"ok": ok, "result": result, "detail": outcome.detail or "", "before": before, "after": after}
 
 
+@audited
 def isolate(actor: str, broker_name: str, broker_id: int, isolated: bool) -> dict:
     """The operation of controlplane/operations/isolation.py (as the REST endpoint), audited here with
     the state before and after; open pages hear of it through the controller's announcement."""
@@ -80,6 +99,7 @@ def isolate(actor: str, broker_name: str, broker_id: int, isolated: bool) -> dic
     return {"ok": True, "result": result, "before": before, "after": after}
 
 
+@audited
 def set_write_perm(actor: str, broker_name: str, writable: bool) -> dict:
     try:
         topics = ns_services.change_write_perm(broker_name, writeable=writable)

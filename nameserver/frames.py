@@ -54,7 +54,8 @@ async def _store_and_announce(reports: list[water_levels.WaterLevelReport]) -> l
 
 async def heartbeat(connection: ws.BrokerConsumer, payload: dict) -> dict:
     cluster, addr, levels = _heartbeat(payload)
-    connection.check_cluster(cluster)
+    named = [n for n in (payload.get("brokerName"), (levels or {}).get("brokerName")) if isinstance(n, str)]
+    await connection.check_binding(clusters=[cluster], broker_sets=named, remember=True)
     member = liveness.member(cluster, addr)
     bound = connection.bound(BOUND)
     first = member not in bound
@@ -72,7 +73,7 @@ async def heartbeat(connection: ws.BrokerConsumer, payload: dict) -> dict:
 async def register(connection: ws.BrokerConsumer, payload: dict) -> dict:
     s = RegisterBrokerSerializer(data=payload)
     s.is_valid(raise_exception=True)
-    connection.check_cluster(s.validated_data["clusterName"])
+    await connection.check_binding(clusters=[s.validated_data["clusterName"]], broker_sets=[s.validated_data["brokerName"]])
     result = await database_sync_to_async(services.register_broker)(s.to_request())
     reply = register_response(result)
     member = liveness.member(s.validated_data["clusterName"], s.validated_data["brokerAddr"])
@@ -87,7 +88,7 @@ async def unregister(connection: ws.BrokerConsumer, payload: dict) -> dict:
     s = UnregisterSerializer(data=payload)
     s.is_valid(raise_exception=True)
     d = s.validated_data
-    connection.check_cluster(d["clusterName"])
+    await connection.check_binding(clusters=[d["clusterName"]], broker_sets=[d.get("brokerName")])
     member = liveness.member(d["clusterName"], d["brokerAddr"])
     bound = connection.bound(BOUND)
     if member in bound:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
+from controlplane.redis import acquire_slot as redis_slot
 
 # ARGV[1] of every script is the clock ('' for Redis's, see LUA_NOW_MS_OR_ARGV1).
 # KEYS: timeout hash, deadline zset, conn hash. ARGV: clock, member, channel, member, channel, ...
@@ -139,7 +140,7 @@ def last_heartbeats(members: Sequence[str]) -> dict[str, tuple[int, int] | None]
 
 def acquire_scan_slot(interval_millis: int) -> bool:
     """At most one inactive-broker scan per interval across every beat and worker."""
-    return bool(sync_client().set(key("ns", "scan-slot"), "1", nx=True, px=max(1, interval_millis - 50)))
+    return redis_slot(key("ns", "scan-slot"), interval_millis)
 
 
 async def bind_connection(value: str, channel_name: str) -> None:

@@ -41,10 +41,12 @@ def queue_value(q: TopicQueue, broker_name: str) -> QueueData:
     return QueueData(broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
 
 
-def groups_by_name(names: Iterable[str] | None = None) -> dict[str, Group]:
+def groups_by_name(names: Iterable[str] | None = None, *, cluster_name: str | None = None) -> dict[str, Group]:
     rows = BrokerGroup.objects.prefetch_related("members").order_by("broker_name")
     if names is not None:
         rows = rows.filter(broker_name__in=list(names))
+    if cluster_name is not None:
+        rows = rows.filter(cluster_name=cluster_name)
     return {r.broker_name: group_value(r, r.members.all()) for r in rows}
 
 
@@ -88,8 +90,9 @@ def member_group(broker_name: str) -> Group | None:
     return groups_by_name([broker_name]).get(broker_name)
 
 
-def cluster_info() -> dict[str, Group]:
-    return groups_by_name()
+def cluster_info(cluster_name: str | None = None) -> dict[str, Group]:
+    """Every broker set, or those of one cluster."""
+    return groups_by_name(cluster_name=cluster_name)
 
 
 def topics(cluster_name: str | None = None) -> dict[str, list[QueueData]]:
@@ -100,6 +103,12 @@ def topics(cluster_name: str | None = None) -> dict[str, list[QueueData]]:
     for q in qs:
         out.setdefault(q.topic, []).append(queue_value(q, q.group.broker_name))
     return out
+
+
+def broker_set_clusters(broker_names: list[str]) -> list[tuple[str, str]]:
+    """(brokerName, clusterName) of the named sets the registry knows: its reader for the token
+    binding (``controlplane.auth.register_broker_set_reader``)."""
+    return list(BrokerGroup.objects.filter(broker_name__in=broker_names).values_list("broker_name", "cluster_name"))
 
 
 def liveness_of(groups: Iterable[Group]) -> dict[str, tuple[int, int] | None]:

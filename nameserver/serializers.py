@@ -6,8 +6,16 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from controlplane import validation
-from controlplane.validation import MAX_ID
-from controlplane.validation_drf import addr_field, drf_checked, name_field
+from controlplane.validation import INT_MAX, MAX_ID
+from controlplane.validation_drf import (
+    RuledSerializer,
+    addr_field,
+    boolean_field,
+    drf_checked,
+    integer_field,
+    name_field,
+    text_field,
+)
 
 from .core.registry import RegisterRequest
 from .core.values import DataVersion, TopicConfig
@@ -18,17 +26,17 @@ _name_field, _addr_field = name_field, addr_field
 
 
 class DataVersionSerializer(serializers.Serializer):
-    stateVersion = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0)
-    counter = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0)
-    timestamp = serializers.IntegerField(min_value=0, max_value=MAX_ID, default=0)
+    stateVersion = integer_field(min_value=0, max_value=MAX_ID, default=0)
+    counter = integer_field(min_value=0, max_value=MAX_ID, default=0)
+    timestamp = integer_field(min_value=0, max_value=MAX_ID, default=0)
 
 
 class TopicConfigSerializer(serializers.Serializer):
     topicName = _name_field(required=False)
-    readQueueNums = serializers.IntegerField(min_value=0, max_value=65535, default=16)
-    writeQueueNums = serializers.IntegerField(min_value=0, max_value=65535, default=16)
-    perm = serializers.IntegerField(min_value=0, max_value=7, default=6)
-    topicSysFlag = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+    readQueueNums = integer_field(min_value=0, max_value=65535, default=16)
+    writeQueueNums = integer_field(min_value=0, max_value=65535, default=16)
+    perm = integer_field(min_value=0, max_value=7, default=6)
+    topicSysFlag = integer_field(min_value=0, max_value=INT_MAX, default=0)
 
 
 class TopicConfigWrapperSerializer(serializers.Serializer):
@@ -36,10 +44,10 @@ class TopicConfigWrapperSerializer(serializers.Serializer):
     topicConfigTable = serializers.DictField(child=TopicConfigSerializer(), required=False, default=dict)
 
     def validate_topicConfigTable(self, table):
-        errors = {name: "invalid topic name" for name in table if not validation.is_name(name)}
+        errors = {name: ["invalid topic name"] for name in table if not validation.is_name(name)}
         for name, tc in table.items():
             if tc.get("topicName") not in (None, name):
-                errors[name] = f"topicName {tc['topicName']!r} differs from its key"
+                errors[name] = [f"topicName {tc['topicName']!r} differs from its key"]
         if errors:
             raise serializers.ValidationError(errors)
         return table
@@ -54,19 +62,19 @@ class BrokerIdentitySerializer(serializers.Serializer):
 # --- water levels: an optional part of the broker's nameserver heartbeat (docs/websocket.md) -------
 # The checks are pure (nameserver.core.water_levels); this is their DRF field and OpenAPI schema.
 
-_U64 = {"type": "integer", "format": "int64", "minimum": 0}
+_U64 = {"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_ID}
 WATER_LEVELS_SCHEMA = {
     "type": "object",
     "required": list(REPORT_FIELDS),
     "properties": {
-        "brokerName": {"type": "string", "maxLength": 127},
+        "brokerName": validation.NAME_SCHEMA,
         "brokerId": _U64,
         "role": {"type": "string", "enum": list(BrokerRole)},
-        "masterEpoch": {"type": "integer", "format": "int64", "minimum": -1, "description": "-1 if none"},
+        "masterEpoch": {"type": "integer", "format": "int64", "minimum": -1, "maximum": MAX_ID, "description": "-1 if none"},
         "maxOffset": _U64,
         "confirmOffset": _U64,
         "minOffset": _U64,
-        "haMaxGapNotInSync": {**_U64, "description": "optional: the broker's threshold behind slaves' inSync"},
+        "haMaxGapNotInSync": {**_U64, "nullable": True, "description": "optional: the broker's threshold behind slaves' inSync"},
         "slaves": {
             "type": "array",
             "maxItems": MAX_SLAVES,
@@ -76,13 +84,17 @@ WATER_LEVELS_SCHEMA = {
                 "required": list(SLAVE_FIELDS),
                 "properties": {
                     "brokerId": _U64,
-                    "addr": {"type": "string", "description": "host:port"},
+                    "addr": validation.ADDR_SCHEMA,
                     "ackOffset": _U64,
                     "lagBytes": _U64,
                     "lastCaughtUpMs": {**_U64, "description": "epoch ms; 0 = never"},
                     "transferBytesPerS": {"type": "number", "minimum": 0},
                     "inSyncStateSet": {"type": "boolean"},
-                    "inSync": {"type": "boolean", "description": "optional: the master's verdict, gap under haMaxGapNotInSync"},
+                    "inSync": {
+                        "type": "boolean",
+                        "nullable": True,
+                        "description": "optional: the master's verdict, gap under haMaxGapNotInSync",
+                    },
                 },
             },
         },
@@ -102,7 +114,7 @@ class WaterLevelsField(serializers.Field):
 # Named apart from the controller's HeartbeatSerializer: one OpenAPI component would hide the other.
 @extend_schema_serializer(component_name="NameserverHeartbeat")
 class HeartbeatSerializer(BrokerIdentitySerializer):
-    brokerId = serializers.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    brokerId = integer_field(min_value=0, max_value=MAX_ID, required=False)
     # Optional replication water levels (ours); null is the same as absent.
     waterLevels = WaterLevelsField(required=False, allow_null=True)
 
@@ -113,7 +125,7 @@ class WaterLevelsQuerySerializer(serializers.Serializer):
 
 
 class UnregisterSerializer(BrokerIdentitySerializer):
-    brokerId = serializers.IntegerField(min_value=0, max_value=MAX_ID, required=False)
+    brokerId = integer_field(min_value=0, max_value=MAX_ID, required=False)
 
 
 class RegisterBrokerSerializer(serializers.Serializer):
@@ -123,10 +135,10 @@ class RegisterBrokerSerializer(serializers.Serializer):
     haServerAddr = addr_field(allow_blank=True, required=False, default="")
     # Ours: the broker's RocketMQ 5 gRPC endpoint, returned in routes as brokerGrpcAddrs.
     grpcAddr = _addr_field(required=False, allow_blank=True, default="")
-    brokerId = serializers.IntegerField(min_value=0, max_value=MAX_ID)
-    zoneName = serializers.CharField(max_length=255, allow_blank=True, required=False, default="")
-    heartbeatTimeoutMillis = serializers.IntegerField(min_value=1, max_value=3_600_000, required=False, allow_null=True)
-    enableActingMaster = serializers.BooleanField(required=False, allow_null=True, default=None)
+    brokerId = integer_field(min_value=0, max_value=MAX_ID)
+    zoneName = text_field(max_length=255, allow_blank=True, required=False, default="")
+    heartbeatTimeoutMillis = integer_field(min_value=1, max_value=3_600_000, required=False, allow_null=True)
+    enableActingMaster = boolean_field(required=False, allow_null=True, default=None)
     topicConfigWrapper = TopicConfigWrapperSerializer(required=False)
 
     def to_request(self) -> RegisterRequest:
@@ -156,9 +168,10 @@ class MemberGroupQuerySerializer(serializers.Serializer):
     brokerName = _name_field()
 
 
-class TopicTargetSerializer(serializers.Serializer):
+class TopicTargetSerializer(RuledSerializer):
+    json_schema_rule = {"oneOf": [{"required": ["clusterName"]}, {"required": ["brokerNames"]}]}  # validate()
     clusterName = _name_field(required=False)
-    brokerNames = serializers.ListField(child=_name_field(), required=False, allow_empty=False, max_length=1000)
+    brokerNames = serializers.ListField(child=_name_field(), required=False, allow_empty=False, min_length=1, max_length=1000)
 
     def validate(self, attrs):
         if bool(attrs.get("clusterName")) == bool(attrs.get("brokerNames")):
@@ -168,12 +181,21 @@ class TopicTargetSerializer(serializers.Serializer):
 
 class TopicUpdateSerializer(TopicTargetSerializer):
     topicName = _name_field()
-    readQueueNums = serializers.IntegerField(min_value=1, max_value=65535, default=8)
-    writeQueueNums = serializers.IntegerField(min_value=1, max_value=65535, default=8)
-    perm = serializers.IntegerField(min_value=0, max_value=7, default=6)
-    topicSysFlag = serializers.IntegerField(min_value=0, max_value=2**31 - 1, default=0)
+    readQueueNums = integer_field(min_value=1, max_value=65535, default=8)
+    writeQueueNums = integer_field(min_value=1, max_value=65535, default=8)
+    perm = integer_field(min_value=0, max_value=7, default=6)
+    topicSysFlag = integer_field(min_value=0, max_value=INT_MAX, default=0)
+
+
+class TopicListQuerySerializer(serializers.Serializer):
+    clusterName = _name_field(required=False)
+
+
+# ?brokerName= repeated: a query string holds DATA_UPLOAD_MAX_NUMBER_FIELDS (1,000) fields, one of
+# them may be clusterName.
+TOPIC_DELETE_MAX_BROKERS = 999
 
 
 class TopicDeleteSerializer(serializers.Serializer):
     clusterName = _name_field(required=False)
-    brokerName = serializers.ListField(child=_name_field(), required=False)
+    brokerName = serializers.ListField(child=_name_field(), required=False, max_length=TOPIC_DELETE_MAX_BROKERS)

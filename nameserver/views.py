@@ -3,49 +3,40 @@
 from __future__ import annotations
 
 from django.http import HttpResponse
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.auth import IsAdmin, IsBroker, TokenPrincipal
+from controlplane.auth import IsAdmin, IsBroker, caller_of
 from controlplane.config_views import ConfigView as BaseConfigView
+from controlplane.config_views import config_schema_view
 from controlplane.errors import ApiError, ResponseCode
+from controlplane.openapi import AUTH, BODY, errors
+from controlplane.validation_drf import checked_param, name_parameter
 
-from . import selectors, services, settings_store, water_levels, wire
+from . import responses, selectors, services, settings_store, water_levels, wire
+from .core.config import DEFAULTS as CONFIG_DEFAULTS
+from .core.config import SCHEMA as CONFIG_SCHEMA
 from .core.registry import RegisterOutcome
 from .serializers import (
+    TOPIC_DELETE_MAX_BROKERS,
     WATER_LEVELS_SCHEMA,
     HeartbeatSerializer,
     MemberGroupQuerySerializer,
     RegisterBrokerSerializer,
     TopicDeleteSerializer,
+    TopicListQuerySerializer,
     TopicUpdateSerializer,
     UnregisterSerializer,
     WaterLevelsQuerySerializer,
 )
 
-ERROR = inline_serializer(
-    "Error",
-    {
-        "code": serializers.IntegerField(),
-        "name": serializers.CharField(),
-        "detail": serializers.CharField(),
-        "fields": serializers.DictField(required=False),
-    },
-)
-OK = inline_serializer("Ok", {"code": serializers.IntegerField(), "name": serializers.CharField()})
-COMMON_ERRORS = {400: ERROR, 401: ERROR, 403: ERROR}
+# The answers as the schema declares them (responses.py); errors are controlplane.openapi's.
+UNKNOWN_SETS = "Unknown broker set(s): 211 BROKER_NOT_EXIST."
 
 
 def _ok(**extra) -> dict:
     return {"code": 0, "name": "SUCCESS", **extra}
-
-
-def _check_cluster(request, cluster_name: str) -> None:
-    if isinstance(request.auth, TokenPrincipal) and not request.auth.allows_cluster(cluster_name):
-        raise ApiError(ResponseCode.NO_PERMISSION, f"this token may not act on cluster {cluster_name}", 403)
 
 
 def _unknown_brokers(exc: services.UnknownBrokers) -> ApiError:
@@ -58,7 +49,16 @@ class RegisterBrokerView(APIView):
     @extend_schema(
         operation_id="registerBroker",
         request=RegisterBrokerSerializer,
-        responses={200: OK, 409: ERROR, **COMMON_ERRORS},
+        responses={
+            200: responses.RegisterAnswer,
+            **errors(
+                *BODY,
+                why={
+                    409: "2000 CONTROLLER_FENCED_MASTER_EPOCH: another address holds this id with a higher stateVersion "
+                    "(conflictingStateVersion); 1 SYSTEM_ERROR: a single-topic registration before a full one."
+                },
+            ),
+        },
         description="REGISTER_BROKER (103): full registration with topic configs and data version. "
         "An id already held by another address with a higher stateVersion (master epoch) is refused "
         "with 2000 CONTROLLER_FENCED_MASTER_EPOCH.",
@@ -66,7 +66,7 @@ class RegisterBrokerView(APIView):
     def post(self, request):
         s = RegisterBrokerSerializer(data=request.data)
         s.is_valid(raise_exception=True)
-        _check_cluster(request, s.validated_data["clusterName"])
+        caller_of(request).check(clusters=[s.validated_data["clusterName"]], broker_sets=[s.validated_data["brokerName"]])
         return Response(register_response(services.register_broker(s.to_request())))
 
 
@@ -90,12 +90,16 @@ def register_response(result: services.RegisterResult) -> dict:
 class UnregisterBrokerView(APIView):
     permission_classes = [IsBroker]
 
-    @extend_schema(operation_id="unregisterBroker", request=UnregisterSerializer, responses={200: OK, **COMMON_ERRORS})
+    @extend_schema(
+        operation_id="unregisterBroker",
+        request=UnregisterSerializer,
+        responses={200: responses.UnregisterAnswer, **errors(*BODY)},
+    )
     def post(self, request):
         s = UnregisterSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         d = s.validated_data
-        _check_cluster(request, d["clusterName"])
+        caller_of(request).check(clusters=[d["clusterName"]], broker_sets=[d.get("brokerName")])
         result = services.unregister_broker(d["clusterName"], d["brokerAddr"], broker_name=d.get("brokerName"))
         return Response(_ok(unregistered=result is not None))
 
@@ -106,7 +110,7 @@ class HeartbeatView(APIView):
     @extend_schema(
         operation_id="brokerHeartbeat",
         request=HeartbeatSerializer,
-        responses={200: inline_serializer("HeartbeatAck", {"registered": serializers.BooleanField()}), **COMMON_ERRORS},
+        responses={200: responses.HeartbeatAnswer, **errors(*BODY)},
         description="BROKER_HEARTBEAT (904): lightweight; refreshes liveness only (Redis, no Postgres write). "
         "registered=false tells the broker to register again. An optional waterLevels report is kept (Redis, "
         f"{water_levels.TTL_MILLIS // 1000} s) as the broker's latest; see getWaterLevels.",
@@ -115,7 +119,8 @@ class HeartbeatView(APIView):
         s = HeartbeatSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         d = s.validated_data
-        _check_cluster(request, d["clusterName"])
+        reported = (d.get("waterLevels") or {}).get("brokerName")
+        caller_of(request).check(clusters=[d["clusterName"]], broker_sets=[d.get("brokerName"), reported])
         registered = services.record_heartbeat(d["clusterName"], d["brokerAddr"])
         if d.get("waterLevels") is not None:
             water_levels.store([water_levels.WaterLevelReport(d["clusterName"], d["brokerAddr"], d["waterLevels"])])
@@ -139,18 +144,22 @@ class WaterLevelsView(APIView):
         operation_id="getWaterLevels",
         parameters=[WaterLevelsQuerySerializer],
         responses={
-            200: {"type": "object", "properties": {"waterLevels": {"type": "array", "items": _REPORTED_WATER_LEVELS}}},
-            **COMMON_ERRORS,
+            200: {
+                "type": "object",
+                "required": ["waterLevels"],
+                "properties": {"waterLevels": {"type": "array", "items": _REPORTED_WATER_LEVELS}},
+            },
+            **errors(400, *AUTH),
         },
         description="(ours) The latest replication water levels each live broker of a cluster (or of one broker "
         "set) sent with its heartbeat, sorted by brokerName, brokerId. A broker silent for "
         f"{water_levels.TTL_MILLIS // 1000} s drops out.",
     )
     def get(self, request):
-        s = WaterLevelsQuerySerializer(data=request.query_params)
+        s = WaterLevelsQuerySerializer(data=request.query_params.dict())
         s.is_valid(raise_exception=True)
         d = s.validated_data
-        _check_cluster(request, d["clusterName"])
+        caller_of(request).check(clusters=[d["clusterName"]], broker_sets=[d.get("brokerName")])
         return Response({"waterLevels": water_levels.latest_reports(d["clusterName"], d.get("brokerName"))})
 
 
@@ -158,13 +167,14 @@ class MemberGroupView(APIView):
     @extend_schema(
         operation_id="getBrokerMemberGroup",
         parameters=[MemberGroupQuerySerializer],
-        responses={200: OpenApiTypes.OBJECT, **COMMON_ERRORS},
+        responses={200: responses.MemberGroupAnswer, **errors(400, *AUTH)},
         description="GET_BROKER_MEMBER_GROUP (901). Looked up by brokerName; an unknown set has no members.",
     )
     def get(self, request):
-        s = MemberGroupQuerySerializer(data=request.query_params)
+        s = MemberGroupQuerySerializer(data=request.query_params.dict())
         s.is_valid(raise_exception=True)
         d = s.validated_data
+        caller_of(request).check(clusters=[d.get("clusterName")], broker_sets=[d["brokerName"]])
         group = selectors.member_group(d["brokerName"])
         if group is None:
             return Response({"cluster": d.get("clusterName", ""), "brokerName": d["brokerName"], "brokerAddrs": {}})
@@ -172,19 +182,21 @@ class MemberGroupView(APIView):
 
 
 class ClusterInfoView(APIView):
-    @extend_schema(operation_id="getBrokerClusterInfo", responses={200: OpenApiTypes.OBJECT, **COMMON_ERRORS})
+    @extend_schema(operation_id="getBrokerClusterInfo", responses={200: responses.ClusterInfoAnswer, **errors(*AUTH)})
     def get(self, request):
-        groups = selectors.cluster_info()
+        groups = selectors.cluster_info(caller_of(request).bound_cluster or None)  # a bound token: its cluster
         return Response(wire.cluster_info(groups, selectors.liveness_of(groups.values())))
 
 
 class TopicRouteView(APIView):
     @extend_schema(
         operation_id="getRouteInfoByTopic",
-        responses={200: OpenApiTypes.OBJECT, 404: ERROR, **COMMON_ERRORS},
+        parameters=[name_parameter("topic", OpenApiParameter.PATH)],
+        responses={200: responses.TopicRouteAnswer, **errors(400, *AUTH, why={404: "No route: 17 TOPIC_NOT_EXIST."})},
         description="GET_ROUTEINFO_BY_TOPIC (105), with acting-master substitution when supportActingMaster.",
     )
     def get(self, request, topic: str):
+        checked_param("topic", topic)
         body = selectors.topic_route_json(topic)
         if body is None:
             raise ApiError(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}", 404)
@@ -197,18 +209,22 @@ class TopicListView(APIView):
 
     @extend_schema(
         operation_id="getTopicList",
-        parameters=[OpenApiParameter("clusterName", str, required=False)],
-        responses={200: OpenApiTypes.OBJECT, **COMMON_ERRORS},
+        parameters=[TopicListQuerySerializer],
+        responses={200: responses.TopicListAnswer, **errors(400, *AUTH)},
     )
     def get(self, request):
-        cluster = request.query_params.get("clusterName") or None
-        topics = selectors.topics(cluster)
+        query = TopicListQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        cluster = query.validated_data.get("clusterName")
+        caller = caller_of(request)
+        caller.check(clusters=[cluster])
+        topics = selectors.topics(cluster or caller.bound_cluster or None)  # a bound token: its cluster
         return Response({"topicList": {t: [wire.queue_data(q) for q in qs] for t, qs in topics.items()}})
 
     @extend_schema(
         operation_id="updateAndCreateTopic",
         request=TopicUpdateSerializer,
-        responses={200: OpenApiTypes.OBJECT, 404: ERROR, **COMMON_ERRORS},
+        responses={200: responses.TopicUpdatedAnswer, **errors(*BODY, why={404: UNKNOWN_SETS})},
         description="UPDATE_AND_CREATE_TOPIC on every broker set of a cluster (clusterName) or on chosen "
         "broker sets (brokerNames). The route changes at once; the brokers are told over their websocket.",
     )
@@ -216,6 +232,7 @@ class TopicListView(APIView):
         s = TopicUpdateSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         d = s.validated_data
+        caller_of(request).check(clusters=[d.get("clusterName")], broker_sets=d.get("brokerNames") or [])
         try:
             names = services.create_or_update_topic(
                 d["topicName"],
@@ -237,21 +254,28 @@ class TopicDetailView(APIView):
     @extend_schema(
         operation_id="deleteTopic",
         parameters=[
-            OpenApiParameter("clusterName", str, required=False),
-            OpenApiParameter("brokerName", str, required=False, many=True),
+            name_parameter("topic", OpenApiParameter.PATH),
+            name_parameter("clusterName"),
+            name_parameter("brokerName", many=True, max_items=TOPIC_DELETE_MAX_BROKERS),
         ],
-        responses={200: OpenApiTypes.OBJECT, 404: ERROR, **COMMON_ERRORS},
+        responses={
+            200: responses.TopicDeletedAnswer,
+            **errors(400, *AUTH, why={404: "The topic has no queues there: 17 TOPIC_NOT_EXIST."}),
+        },
         description="DELETE_TOPIC_IN_NAMESRV: everywhere, on one cluster, or on the given broker sets.",
     )
     def delete(self, request, topic: str):
+        checked_param("topic", topic)
         data: dict = {}
-        if cluster := request.query_params.get("clusterName"):
-            data["clusterName"] = cluster
-        if brokers := request.query_params.getlist("brokerName"):
-            data["brokerName"] = brokers
+        if "clusterName" in request.query_params:
+            data["clusterName"] = request.query_params["clusterName"]
+        if "brokerName" in request.query_params:
+            data["brokerName"] = request.query_params.getlist("brokerName")
         s = TopicDeleteSerializer(data=data)
         s.is_valid(raise_exception=True)
         d = s.validated_data
+        everywhere = not d.get("clusterName") and not d.get("brokerName")
+        caller_of(request).check(clusters=[d.get("clusterName")], broker_sets=d.get("brokerName") or [], every_cluster=everywhere)
         deleted = services.delete_topic(topic, cluster_name=d.get("clusterName"), broker_names=d.get("brokerName"))
         if not deleted:
             raise ApiError(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} has no queue data there", 404)
@@ -264,14 +288,13 @@ class WritePermView(APIView):
 
     @extend_schema(
         request=None,
-        responses={
-            200: inline_serializer("PermChange", {"changedTopics": serializers.IntegerField()}),
-            404: ERROR,
-            **COMMON_ERRORS,
-        },
+        parameters=[name_parameter("broker_name", OpenApiParameter.PATH)],
+        responses={200: responses.PermChangeAnswer, **errors(400, *AUTH, why={404: UNKNOWN_SETS})},
         description="WIPE_WRITE_PERM_OF_BROKER (205) / ADD_WRITE_PERM_OF_BROKER (327) for every topic of a broker set.",
     )
     def post(self, request, broker_name: str):
+        checked_param("broker_name", broker_name)
+        caller_of(request).check(broker_sets=[broker_name])
         try:
             changed = services.change_write_perm(broker_name, writeable=self.writeable)
         except services.UnknownBrokers as exc:
@@ -279,7 +302,7 @@ class WritePermView(APIView):
         return Response(_ok(changedTopics=changed))
 
 
-@extend_schema_view(get=extend_schema(operation_id="getNamesrvConfig"), patch=extend_schema(operation_id="updateNamesrvConfig"))
+@config_schema_view("getNamesrvConfig", "updateNamesrvConfig", CONFIG_DEFAULTS, update=CONFIG_SCHEMA)
 class ConfigView(BaseConfigView):
     get_config = staticmethod(settings_store.current_config)
     update_config = staticmethod(settings_store.update_config)

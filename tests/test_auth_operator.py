@@ -56,4 +56,5 @@ def test_every_edge_asks_the_one_definition():
     assert dashboards.action_views.is_operator is auth.is_operator
     assert audits.views.is_operator is auth.is_operator
     assert controlplane.controller.views.request_is_operator is auth.request_is_operator
-    assert audits.views.who is controlplane.controller.views.who is auth.who
+    assert audits.views.who is auth.who
+    assert audits.views.caller_of is controlplane.controller.views.caller_of is auth.caller_of  # who, with the binding

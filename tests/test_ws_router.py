@@ -52,7 +52,7 @@ def echo_frame():
     calls = []
 
     async def echo(connection, payload):
-        calls.append((connection.requested_by, payload))
+        calls.append((connection.caller.name, payload))
         if payload.get("bad"):
             raise validation.Invalid({"bad": ["must be false"]})
         return {"echo": payload}

@@ -1,10 +1,13 @@
 """The controller's operations as the outside sees them, shared by REST (views.py) and the broker
-websocket (ws.py): validate, call one service, shape the answer or raise ``ApiError``."""
+websocket (frames.py): validate, check the caller's cluster binding (``Caller.check``: the cluster
+and broker set a request names, the set's stored cluster included), call one service, shape the
+answer or raise ``ApiError``."""
 
 from __future__ import annotations
 
 from rest_framework import status
 
+from controlplane.auth import Caller
 from controlplane.codes import ResponseCode as C
 from controlplane.errors import ApiError
 
@@ -60,9 +63,10 @@ def _valid(serializer_class, data):
     return s
 
 
-def next_broker_id(data: dict, who: str) -> dict:
+def next_broker_id(data: dict, caller: Caller) -> dict:
     name = data.get("brokerName")
     _valid(ElectSerializer, {"brokerName": name})  # same name rules
+    caller.check(clusters=[data.get("clusterName")], broker_sets=[name])
     return {
         "code": 0,
         "name": "SUCCESS",
@@ -72,17 +76,19 @@ def next_broker_id(data: dict, who: str) -> dict:
     }
 
 
-def apply_broker_id(data: dict, who: str) -> dict:
+def apply_broker_id(data: dict, caller: Caller) -> dict:
     d = _valid(ApplyBrokerIdSerializer, data).validated_data
+    caller.check(clusters=[d["clusterName"]], broker_sets=[d["brokerName"]])
     outcome = services.apply_broker_id(
-        d["clusterName"], d["brokerName"], d["appliedBrokerId"], d["registerCheckCode"], requested_by=who
+        d["clusterName"], d["brokerName"], d["appliedBrokerId"], d["registerCheckCode"], requested_by=caller.name
     )
     return _answer(outcome)
 
 
-def register(data: dict, who: str) -> dict:
+def register(data: dict, caller: Caller) -> dict:
     d = _valid(RegisterSerializer, data).validated_data
-    outcome = services.register_broker(d["brokerName"], d["brokerId"], d["brokerAddress"], requested_by=who)
+    caller.check(clusters=[d["clusterName"]], broker_sets=[d["brokerName"]])
+    outcome = services.register_broker(d["brokerName"], d["brokerId"], d["brokerAddress"], requested_by=caller.name)
     body = _answer(outcome)
     if not (outcome.extra or {}).get("master_alive"):
         # registerBroker names the master only when it is alive (reference §1.8).
@@ -105,15 +111,18 @@ def heartbeat_beat(data: dict) -> liveness.Beat:
     )
 
 
-def heartbeat(data: dict, who: str) -> dict:
-    services.heartbeat(heartbeat_beat(data))
+def heartbeat(data: dict, caller: Caller) -> dict:
+    beat = heartbeat_beat(data)
+    caller.check(clusters=[beat.cluster_name], broker_sets=[beat.broker_name])
+    services.heartbeat(beat)
     return {"code": 0, "name": "SUCCESS"}
 
 
-def elect(data: dict, who: str, *, operator: bool) -> dict:
+def elect(data: dict, caller: Caller, *, operator: bool) -> dict:
     """Broker tokens elect as a broker (brokerId = themselves); operators either designate a replica
     or ask for an automatic (controller-style) election."""
     d = _valid(ElectSerializer, data).validated_data
+    caller.check(clusters=[d.get("clusterName")], broker_sets=[d["brokerName"]])
     if operator:
         trigger = Trigger.OPERATOR
     else:
@@ -125,37 +134,41 @@ def elect(data: dict, who: str, *, operator: bool) -> dict:
             raise ApiError(C.NO_PERMISSION, "only operators designate a master", status.HTTP_403_FORBIDDEN)
         trigger = Trigger.BROKER
     outcome = services.elect_master(
-        d["brokerName"], broker_id=d.get("brokerId"), designate=d["designateElect"], trigger=trigger, requested_by=who
+        d["brokerName"], broker_id=d.get("brokerId"), designate=d["designateElect"], trigger=trigger, requested_by=caller.name
     )
     # MASTER_STILL_EXIST is treated as success by brokers (reference §1.5 step 5).
     return _answer(outcome, ok_codes=(C.SUCCESS, C.CONTROLLER_MASTER_STILL_EXIST))
 
 
-def alter(data: dict, who: str) -> dict:
+def alter(data: dict, caller: Caller) -> dict:
     d = _valid(AlterSerializer, data).validated_data
+    caller.check(clusters=[data.get("clusterName")], broker_sets=[d["brokerName"]])  # a clusterName sent along counts too
     outcome = services.alter_sync_state_set(
         d["brokerName"],
         master_broker_id=d["masterBrokerId"],
         master_epoch=d["masterEpoch"],
         new_sync_state_set=set(d["syncStateSet"]),
         sync_state_set_epoch=d["syncStateSetEpoch"],
-        requested_by=who,
+        requested_by=caller.name,
     )
     return _answer(outcome)
 
 
-def replica_info(data: dict, who: str) -> dict:
+def replica_info(data: dict, caller: Caller) -> dict:
     name = data.get("brokerName")
     _valid(ElectSerializer, {"brokerName": name})
+    caller.check(clusters=[data.get("clusterName")], broker_sets=[name])
     state = selectors.replica_info(name)
     if state is None:
         raise ApiError(C.CONTROLLER_BROKER_METADATA_NOT_EXIST, f"broker set {name} is unknown", status.HTTP_404_NOT_FOUND)
     return {"code": 0, "name": "SUCCESS", **state_body(state)}
 
 
-def clean(data: dict, who: str) -> dict:
+def clean(data: dict, caller: Caller) -> dict:
     s = _valid(CleanSerializer, data)
+    d = s.validated_data
+    caller.check(clusters=[d.get("clusterName")], broker_sets=[d["brokerName"]])
     outcome = services.clean_broker_data(
-        s.validated_data["brokerName"], s.ids(), clean_living=s.validated_data["isCleanLivingBroker"], requested_by=who
+        d["brokerName"], s.ids(), clean_living=d["isCleanLivingBroker"], requested_by=caller.name
     )
     return _answer(outcome)

@@ -10,6 +10,10 @@ class ControllerConfig(AppConfig):
     verbose_name = "Controller"
 
     def ready(self) -> None:
+        from controlplane.auth import register_broker_set_reader
+
         from . import frames  # the controller's frames on the broker websocket (controlplane.ws)
+        from .selectors import broker_set_clusters
 
         frames.register_frames()
+        register_broker_set_reader(broker_set_clusters)  # where a token's cluster binding looks sets up

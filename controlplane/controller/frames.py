@@ -8,8 +8,9 @@ from __future__ import annotations
 import logging
 
 from channels.db import database_sync_to_async
+from django.db import transaction
 
-from controlplane import ws
+from controlplane import audit, ws
 from controlplane.celery import app as celery_app
 
 from . import api, liveness
@@ -20,14 +21,10 @@ BOUND = "controller"  # this app's key for ``connection.bound``: "cluster/broker
 ON_BROKER_INACTIVE = "controller.on_broker_inactive"  # celery_tasks/controller.py; enqueued by name
 
 
-def _check_cluster(connection: ws.BrokerConsumer, payload: dict) -> None:
-    if isinstance(payload.get("clusterName"), str):
-        connection.check_cluster(payload["clusterName"])
-
-
 async def heartbeat(connection: ws.BrokerConsumer, payload: dict) -> dict:
     beat = api.heartbeat_beat(payload)
-    connection.check_cluster(beat.cluster_name)
+    # api.heartbeat's binding check, with the socket's memory: a beat a second costs no Postgres read.
+    await connection.check_binding(clusters=[beat.cluster_name], broker_sets=[beat.broker_name], remember=True)
     # Bound on every beat, not only the first: an expired heartbeat drops the binding (forget), and
     # a broker whose socket stayed open must get role pushes and a socket-close election again.
     await ws.coalescer("controller", ws.without_results(liveness.heartbeat_async)).submit((beat, connection.channel_name))
@@ -36,19 +33,44 @@ async def heartbeat(connection: ws.BrokerConsumer, payload: dict) -> dict:
 
 
 def _call(operation):
-    """A frame that runs one ``api`` operation with the payload, as the token's principal."""
+    """A frame that runs one ``api`` operation with the payload, as the token's caller (the operation
+    checks the token's cluster binding)."""
 
     async def handler(connection: ws.BrokerConsumer, payload: dict) -> dict:
-        _check_cluster(connection, payload)
-        return await database_sync_to_async(operation)(payload, connection.requested_by)
+        return await database_sync_to_async(operation)(payload, connection.caller)
 
     handler.__qualname__ = f"frame:{operation.__name__}"
     return handler
 
 
 async def elect_master(connection: ws.BrokerConsumer, payload: dict) -> dict:
-    _check_cluster(connection, payload)
-    return await database_sync_to_async(api.elect)(payload, connection.requested_by, operator=connection.principal.is_admin)
+    if connection.principal.is_admin:
+        return await database_sync_to_async(_elect_as_operator)(payload, connection.caller)
+    return await database_sync_to_async(api.elect)(payload, connection.caller, operator=False)
+
+
+def _elect_as_operator(payload: dict, caller) -> dict:
+    """An admin token electing over the socket is an operator: the election and its audit record
+    (action ``frame elect_master``, refusals too) commit together, as for the REST call."""
+    refusal: Exception | None = None
+    with transaction.atomic():
+        try:
+            answer = api.elect(payload, caller, operator=True)
+        except Exception as exc:  # a refusal (ApiError, invalid input): recorded, then answered
+            refusal, answer = exc, {}
+        code = getattr(refusal, "rocketmq_code", None)
+        audit.record(
+            caller.name,
+            "frame elect_master",
+            broker_name=str(payload.get("brokerName") or ""),
+            cluster_name=str(payload.get("clusterName") or ""),
+            params=payload,
+            result="ok" if refusal is None else (code.name if code is not None else type(refusal).__name__),
+            detail=str(answer.get("name", "")) if refusal is None else str(refusal),
+        )
+    if refusal is not None:
+        raise refusal
+    return answer
 
 
 async def closed(connection: ws.BrokerConsumer) -> None:

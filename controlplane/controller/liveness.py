@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
+from controlplane.redis import acquire_slot as redis_slot
 
 from .core.state import INT_MAX, LiveInfo
 
@@ -181,7 +182,7 @@ def expired_members(now_ms: int | None = None) -> list[str]:
 
 def acquire_slot(name: str, interval_millis: int) -> bool:
     """At most one run of a periodic scan per interval across every beat and worker."""
-    return bool(sync_client().set(key("ctl", "slot", name), "1", nx=True, px=max(1, interval_millis - 50)))
+    return redis_slot(key("ctl", "slot", name), interval_millis)
 
 
 def connections(members: Sequence[str]) -> dict[str, str]:

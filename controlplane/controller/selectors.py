@@ -44,11 +44,19 @@ def states(broker_names: list[str] | None = None, *, with_master_only: bool = Fa
     return [state_of(r, list(r.replicas.all())) for r in rows]
 
 
-def history(broker_name: str | None = None, limit: int = 200):
+def history(broker_name: str | None = None, limit: int = 200, *, cluster_name: str | None = None):
     qs = Transition.objects.order_by("-id")
     if broker_name:
         qs = qs.filter(broker_name=broker_name)
+    if cluster_name:
+        qs = qs.filter(cluster_name=cluster_name)
     return list(qs[:limit])
+
+
+def broker_set_clusters(broker_names: list[str]) -> list[tuple[str, str]]:
+    """(brokerName, clusterName) of the named sets the controller knows: its reader for the token
+    binding (``controlplane.auth.register_broker_set_reader``)."""
+    return list(ReplicaGroup.objects.filter(broker_name__in=broker_names).values_list("broker_name", "cluster_name"))
 
 
 def isolated_ids(state: SyncState) -> frozenset[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from controlplane.validation import MAX_ID
-from controlplane.validation_drf import name_field
+from controlplane.validation_drf import integer_field, name_field
 
 
 class BrokerSerializer(serializers.Serializer):
@@ -13,7 +13,7 @@ class BrokerSerializer(serializers.Serializer):
     controller-managed set, else its nameserver id)."""
 
     brokerName = name_field()
-    brokerId = serializers.IntegerField(min_value=0, max_value=MAX_ID)
+    brokerId = integer_field(min_value=0, max_value=MAX_ID)
 
 
 class IsolationSerializer(serializers.Serializer):

@@ -4,19 +4,26 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.auth import IsAdmin, who
+from controlplane.auth import IsAdmin, caller_of, who
 from controlplane.codes import ResponseCode
 from controlplane.errors import ApiError
+from controlplane.openapi import BODY, errors
 
 from . import isolation
 from .serializers import BrokerSerializer, IsolationSerializer
 
-_ERROR = {"description": "error: {code, name, detail} (and fields for bad input)"}
+_ERRORS = errors(
+    *BODY,
+    why={
+        400: "Invalid input, or no such broker in that set: 29 INVALID_PARAMETER with `fields`.",
+        404: "Unknown broker set: 211 BROKER_NOT_EXIST.",
+    },
+)
 
 
 class _IsolationView(APIView):
@@ -27,6 +34,7 @@ class _IsolationView(APIView):
         s = BrokerSerializer(data=request.data)
         s.is_valid(raise_exception=True)
         name, broker_id = s.validated_data["brokerName"], s.validated_data["brokerId"]
+        caller_of(request).check(broker_sets=[name])
         try:
             outcome = isolation.isolate(name, broker_id, self.isolated, by=who(request))
         except isolation.UnknownGroup as exc:
@@ -36,24 +44,26 @@ class _IsolationView(APIView):
         return Response({"code": 0, "name": "SUCCESS", **outcome.as_dict()})
 
 
-@extend_schema(
-    methods=["POST"],
-    operation_id="isolateBroker",
-    request=BrokerSerializer,
-    responses={200: IsolationSerializer, 400: _ERROR, 401: _ERROR, 403: _ERROR, 404: _ERROR},
-    description="Isolate one broker: it leaves the topic routes, is no candidate in elections and is "
-    "told to stop taking writes (now over its websocket, and in every registration answer).",
+@extend_schema_view(
+    post=extend_schema(
+        operation_id="isolateBroker",
+        request=BrokerSerializer,
+        responses={200: IsolationSerializer, **_ERRORS},
+        description="Isolate one broker: it leaves the topic routes, is no candidate in elections and is "
+        "told to stop taking writes (now over its websocket, and in every registration answer).",
+    )
 )
 class IsolateView(_IsolationView):
     isolated = True
 
 
-@extend_schema(
-    methods=["POST"],
-    operation_id="unisolateBroker",
-    request=BrokerSerializer,
-    responses={200: IsolationSerializer, 400: _ERROR, 401: _ERROR, 403: _ERROR, 404: _ERROR},
-    description="Lift an isolation: the broker is back in routes and elections and takes writes again.",
+@extend_schema_view(
+    post=extend_schema(
+        operation_id="unisolateBroker",
+        request=BrokerSerializer,
+        responses={200: IsolationSerializer, **_ERRORS},
+        description="Lift an isolation: the broker is back in routes and elections and takes writes again.",
+    )
 )
 class UnisolateView(_IsolationView):
     isolated = False

@@ -44,6 +44,8 @@ SCHEMA = ConfigSchema(
         "clientRequestThreadPoolQueueCapacity": 1,
         "defaultThreadPoolQueueCapacity": 1,
     },
+    # NamesrvConfig.java: scanNotActiveBrokerInterval is a long; the other integers are ints.
+    longs=frozenset({"scanNotActiveBrokerInterval"}),
 )
 
 

@@ -30,6 +30,8 @@ SCHEMA = ConfigSchema(
         "controllerThreadPoolNums": 1,
         "controllerRequestThreadPoolQueueCapacity": 1,
     },
+    # ControllerConfig.java: the two scan intervals are longs; the other integers are ints.
+    longs=frozenset({"scanNotActiveBrokerInterval", "scanInactiveMasterInterval"}),
 )
 
 

@@ -1,0 +1,126 @@
+"""The nameserver's answers as the OpenAPI schema describes them: the shapes ``wire.py`` renders and the
+views' acknowledgements, field for field (tests/test_api_schema_fuzz.py checks every answer against
+them). Descriptions only: nothing here validates or renders."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+
+
+class _Ack(serializers.Serializer):
+    code = serializers.IntegerField(help_text="0 SUCCESS")
+    name = serializers.CharField(help_text="SUCCESS")
+
+
+def _addr_table(help_text: str) -> serializers.DictField:
+    return serializers.DictField(child=serializers.CharField(allow_blank=True), help_text=help_text)
+
+
+@extend_schema_serializer(component_name="RegisterBrokerResult")
+class RegisterAnswer(_Ack):
+    masterAddr = serializers.CharField(allow_null=True, allow_blank=True, help_text="the set's master, if it has one")
+    haServerAddr = serializers.CharField(allow_null=True, allow_blank=True, help_text="the master's HA address")
+    isolated = serializers.BooleanField(help_text="an operator isolated this broker: it takes no writes")
+
+
+@extend_schema_serializer(component_name="UnregisterBrokerResult")
+class UnregisterAnswer(_Ack):
+    unregistered = serializers.BooleanField(help_text="false: the broker was not registered")
+
+
+@extend_schema_serializer(component_name="BrokerHeartbeatResult")
+class HeartbeatAnswer(_Ack):
+    registered = serializers.BooleanField(help_text="false: register again")
+
+
+@extend_schema_serializer(component_name="BrokerMemberGroup")
+class MemberGroupAnswer(serializers.Serializer):
+    cluster = serializers.CharField(allow_blank=True)
+    brokerName = serializers.CharField()
+    brokerAddrs = _addr_table("brokerId -> brokerAddr; empty for an unknown set")
+
+
+@extend_schema_serializer(component_name="QueueData")
+class QueueDataAnswer(serializers.Serializer):
+    brokerName = serializers.CharField()
+    readQueueNums = serializers.IntegerField()
+    writeQueueNums = serializers.IntegerField()
+    perm = serializers.IntegerField()
+    topicSysFlag = serializers.IntegerField()
+
+
+@extend_schema_serializer(component_name="BrokerData")
+class BrokerDataAnswer(serializers.Serializer):
+    cluster = serializers.CharField()
+    brokerName = serializers.CharField()
+    brokerAddrs = _addr_table("brokerId -> brokerAddr; id 0 is the master (or the slave acting for it)")
+    zoneName = serializers.CharField(allow_blank=True)
+    enableActingMaster = serializers.BooleanField()
+    actingMaster = serializers.BooleanField(help_text="ours: id 0 is a slave standing in, read-only")
+    brokerGrpcAddrs = _addr_table("ours: brokerId -> the RocketMQ 5 client endpoint")
+
+
+@extend_schema_serializer(component_name="TopicRouteData")
+class TopicRouteAnswer(serializers.Serializer):
+    orderTopicConf = serializers.CharField(allow_null=True, help_text="always null")
+    queueDatas = QueueDataAnswer(many=True)
+    brokerDatas = BrokerDataAnswer(many=True)
+    filterServerTable = serializers.DictField(help_text="always empty")
+
+
+@extend_schema_serializer(component_name="TopicList")
+class TopicListAnswer(serializers.Serializer):
+    topicList = serializers.DictField(child=QueueDataAnswer(many=True), help_text="topic -> its queues on each broker set")
+
+
+@extend_schema_serializer(component_name="TopicUpdated")
+class TopicUpdatedAnswer(_Ack):
+    topicName = serializers.CharField()
+    brokerNames = serializers.ListField(child=serializers.CharField(), help_text="the broker sets that now have the topic")
+
+
+@extend_schema_serializer(component_name="TopicDeleted")
+class TopicDeletedAnswer(_Ack):
+    deletedQueueDatas = serializers.IntegerField(help_text="how many broker sets' queues were removed")
+
+
+@extend_schema_serializer(component_name="PermChange")
+class PermChangeAnswer(_Ack):
+    changedTopics = serializers.IntegerField()
+
+
+@extend_schema_serializer(component_name="MemberDataVersion")
+class _DataVersion(serializers.Serializer):
+    stateVersion = serializers.IntegerField()
+    counter = serializers.IntegerField()
+    timestamp = serializers.IntegerField()
+
+
+@extend_schema_serializer(component_name="ClusterMember")
+class ClusterMemberAnswer(serializers.Serializer):
+    brokerId = serializers.IntegerField()
+    brokerAddr = serializers.CharField()
+    haServerAddr = serializers.CharField(allow_blank=True)
+    heartbeatTimeoutMillis = serializers.IntegerField()
+    dataVersion = _DataVersion()
+    lastUpdateTimestamp = serializers.IntegerField(allow_null=True, help_text="last heartbeat (epoch ms); null: not live")
+    expiresAt = serializers.IntegerField(allow_null=True, help_text="when it expires (epoch ms); null: not live")
+
+
+@extend_schema_serializer(component_name="ClusterBrokerData")
+class ClusterBrokerDataAnswer(serializers.Serializer):
+    cluster = serializers.CharField()
+    brokerName = serializers.CharField()
+    brokerAddrs = _addr_table("brokerId -> brokerAddr")
+    zoneName = serializers.CharField(allow_blank=True)
+    enableActingMaster = serializers.BooleanField()
+    members = ClusterMemberAnswer(many=True)
+
+
+@extend_schema_serializer(component_name="ClusterInfo")
+class ClusterInfoAnswer(serializers.Serializer):
+    brokerAddrTable = serializers.DictField(child=ClusterBrokerDataAnswer(), help_text="brokerName -> the set")
+    clusterAddrTable = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()), help_text="clusterName -> its broker sets"
+    )
