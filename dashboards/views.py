@@ -141,7 +141,7 @@ def config(request):
 
 @login_required
 def audit(request):
-    search = {field: request.GET.get(field, "").strip() for field in ("actor", "action", "broker")}
+    search = {field: request.GET.get(field, "").replace("\x00", "").strip() for field in ("actor", "action", "broker")}
     actions = OperatorAction.objects.all()
     if search["actor"]:
         actions = actions.filter(actor__icontains=search["actor"])

@@ -317,3 +317,11 @@ def test_the_longest_scan_intervals_a_config_accepts_keep_the_scans_running(admi
     assert admin.patch(f"{NS}/config", {"scanNotActiveBrokerInterval": longest}, format="json").status_code == 200
     assert (ctl_services.scan_inactive_brokers(), ctl_services.scan_inactive_masters()) == ([], [])
     assert ns_services.scan_not_active_brokers() == []
+
+
+def test_dashboard_pages_answer_hostile_paths_and_searches_without_an_error(long_group, operator):
+    for url in (f"/groups/{LONG}%00/", "/groups/a%00b/water-levels.json", f"/groups/{'x' * 200}/", "/groups/a%00/elect"):
+        assert operator.get(url).status_code == 404, url
+    assert operator.get(f"/groups/{LONG}/").status_code == 200
+    r = operator.get("/audit/?actor=a%00b&broker=%00&action=x%00")
+    assert r.status_code == 200
