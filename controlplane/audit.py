@@ -16,9 +16,12 @@ import math
 from django.db import transaction
 from django.http import JsonResponse
 
+from . import validation
 from .auth import TokenPrincipal, bearer_token, is_operator, principal_for
 from .codes import ResponseCode
+from .errors import error_body
 from .models import OperatorAction
+from .validation import escaped
 
 log = logging.getLogger(__name__)
 
@@ -28,22 +31,12 @@ _FIELD_LIMITS = {f.name: f.max_length for f in OperatorAction._meta.get_fields()
 
 
 def text(value: object, limit: int | None = None) -> str:
-    """``value`` as text Postgres can store: NUL and lone surrogates written as escapes (``\\x00``,
-    ``\\ud800``), cut to ``limit`` characters with a trailing ``…`` when longer."""
-    s = value if isinstance(value, str) else str(value)
-    if "\x00" in s or not _encodable(s):
-        s = s.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    """``value`` as text Postgres can store (``validation.escaped``), cut to ``limit`` characters
+    with a trailing ``…`` when longer."""
+    s = escaped(value if isinstance(value, str) else str(value))
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "…"
     return s
-
-
-def _encodable(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def storable(value: object, limit: int = MAX_PARAMS_CHARS) -> bool:
@@ -59,7 +52,7 @@ def storable(value: object, limit: int = MAX_PARAMS_CHARS) -> bool:
 
 def _clean(value: object) -> bool:
     if isinstance(value, str):
-        return "\x00" not in value and _encodable(value)
+        return validation.storable(value) is None
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, dict):
@@ -198,12 +191,8 @@ class AuditMiddleware:
                     self._record(request, actor, action, params, response)
         except Exception:
             log.exception("the audit record of %s %s could not be written; the change was rolled back", actor, action)
-            body = {
-                "code": int(ResponseCode.SYSTEM_ERROR),
-                "name": ResponseCode.SYSTEM_ERROR.name,
-                "detail": "The operator audit log could not be written, so nothing was changed; see the server log.",
-            }
-            return JsonResponse(body, status=500)
+            detail = "The operator audit log could not be written, so nothing was changed; see the server log."
+            return JsonResponse(error_body(ResponseCode.SYSTEM_ERROR, detail), status=500)
         if failed is not None:
             try:
                 self._record(request, actor, action, params, failed)

@@ -18,7 +18,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from controlplane.codes import ResponseCode
-from controlplane.validation import NON_FIELD, Invalid
+from controlplane.validation import NON_FIELD, Invalid, escaped
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +54,7 @@ def _encodable(value):
     """An error body that can always be written as UTF-8: a field error may quote what was sent (an
     unknown key with a lone surrogate, say), which would otherwise fail the answer itself."""
     if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
-        return value
+        return escaped(value)
     if isinstance(value, dict):
         return {_encodable(k): _encodable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -105,6 +105,14 @@ def storable(text: str) -> str | None:
     return NUL_MESSAGE if found.group() == "\x00" else SURROGATE_MESSAGE
 
 
+def escaped(text: str) -> str:
+    """``text`` with what ``storable`` refuses written as escapes (``\\x00``, ``\\ud800``): a faithful
+    rendering of what a client sent, for the audit log and for error bodies that quote it."""
+    if _UNSTORABLE.search(text) is None:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+
+
 def is_name(value: object) -> bool:
     return isinstance(value, str) and 0 < len(value) <= NAME_MAX_LENGTH and _NAME.fullmatch(value) is not None
 
