@@ -6,20 +6,25 @@ import asyncio
 import logging
 import signal
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from .config import BrokerConfig
+from .control.members import MemberGroupTracker
 from .control.nameserver import NameserverLink
+from .control.peers import PeerClient, PeerServer, RequestCode
+from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
 from .grpc.service import serve
 from .ha.gate import WritePermission
 from .ha.quorum import BrokerRole
 from .ha.service import HAService
+from .meta import ConsumerMeta
+from .metalog import MetaLog, MetaMode
 from .store import codec
-from .store.offsets import ConsumerOffsets
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .tasks import cancel_and_wait
-from .topics import TopicConfigManager, system_topics
+from .topics import TopicConfig, TopicConfigManager, system_topics
 
 log = logging.getLogger("brokers")
 
@@ -31,27 +36,33 @@ class OffsetReporter:
     """Reports consumer-offset commits to the control plane's audit event store (docs/audits.md):
     every second the offsets that changed (source client_commit), and, when this broker
     starts serving as master at an epoch, its whole table once (master_takeover), so a failover onto
-    stale offsets shows at once and with its exact size. Pending reports are keyed by queue, the
-    latest offset winning: while the control plane is unreachable they stay bounded by the number
-    of queues, and only intermediate values of a queue are lost."""
+    stale offsets shows at once and with its exact size. Pending reports are keyed by queue and
+    source, the latest offset winning: while the control plane is unreachable they stay bounded by
+    the number of queues, only intermediate values of a queue are lost, and a correction, a takeover
+    or a pre-online adoption is never hidden by a client commit that followed it."""
 
     def __init__(self, broker: Broker):
         self.broker = broker
-        self.pending: dict[tuple[str, str, int], tuple[int, str, int]] = {}  # queue -> (offset, source, ms)
+        self.pending: dict[tuple[str, str, int, str], tuple[int, int]] = {}  # (queue, source) -> (offset, ms)
         self._served_epoch: int | None = None
 
-    def committed(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        self.pending[(group, topic, queue_id)] = (offset, "client_commit", int(time.time() * 1000))
+    def committed(self, group: str, topic: str, queue_id: int, offset: int, source: str = "client_commit") -> None:
+        self.pending[(group, topic, queue_id, source)] = (offset, int(time.time() * 1000))
+
+    def whole_table(self, source: str) -> None:
+        """Every offset this broker holds, once (a takeover, a pre-online adoption)."""
+        now = int(time.time() * 1000)
+        for key, offset in self.broker.consumer_meta.offsets.offsets.items():
+            group, topic, queue_id = key.rsplit("@", 2)
+            self.pending[(group, topic, int(queue_id), source)] = (offset, now)
 
     def _note_takeover(self) -> None:
         ha, store = self.broker.ha, self.broker.store
         epoch = ha.epochs.last_epoch()
         if ha.role.value == "SLAVE" or not store.writable or epoch == self._served_epoch:
             return
-        self._served_epoch, now = epoch, int(time.time() * 1000)
-        for key, offset in self.broker.grpc_service.offsets.offsets.items():
-            group, topic, queue_id = key.rsplit("@", 2)
-            self.pending[(group, topic, int(queue_id))] = (offset, "master_takeover", now)
+        self._served_epoch = epoch
+        self.whole_table("master_takeover")
 
     async def run(self) -> None:
         while True:
@@ -67,7 +78,7 @@ class OffsetReporter:
                     self.pending.setdefault(queue, value)
                 log.info("offset report failed (%s); retrying with the next one", exc)
 
-    async def _send(self, sending: dict[tuple[str, str, int], tuple[int, str, int]]) -> None:
+    async def _send(self, sending: dict[tuple[str, str, int, str], tuple[int, int]]) -> None:
         c, ha, store = self.broker.config, self.broker.ha, self.broker.store
         head = {
             "clusterName": c.brokerClusterName,
@@ -76,7 +87,7 @@ class OffsetReporter:
             "role": ha.role.value,
             "masterEpoch": ha.epochs.last_epoch(),
         }
-        dv = self.broker.grpc_service.offsets.data_version
+        dv = self.broker.consumer_meta.data_version
         head["dataVersion"] = {"stateVersion": dv.state_version, "counter": dv.counter, "timestamp": dv.timestamp}
         events = [
             {
@@ -88,7 +99,7 @@ class OffsetReporter:
                 "timestampMs": ms,
                 "queueMaxOffset": store.max_queue_offset(t, q),
             }
-            for (g, t, q), (off, src, ms) in sending.items()
+            for (g, t, q, src), (off, ms) in sending.items()
         ]
         for start in range(0, len(events), OFFSET_REPORT_MAX_EVENTS):
             await self.broker.nameserver.call(
@@ -133,6 +144,33 @@ class Broker:
         self.grpc_service = None
         self.offset_reporter = OffsetReporter(self)
         self._report_offsets: asyncio.Task | None = None
+        # Consumer metadata that replicates with the log (brokers/meta.py): the master writes it,
+        # every other replica follows it.
+        self.consumer_meta = ConsumerMeta(root / "config" / "consumerOffset.json", self.topics)
+        self.metalog = MetaLog(self.store, self.consumer_meta)
+        self.metalog.on_topics_changed = self.nameserver.register_soon
+        self.topics.on_changed = self._topic_changed
+        self.ha.on_slave_transfer = lambda _conn: self.metalog.want_snapshot()
+        if self.replicas is not None:
+            self.replicas.on_role = self._on_role
+        self._follow: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()
+        # RIP-32 (reference §5): the peer channel on listenPort, the member-group poll, pre-online.
+        self.acting = ActingMaster(config, self.ha, self.consumer_meta, self.metalog, self.nameserver)
+        self.acting.on_adopted = lambda: self.offset_reporter.whole_table("pre_online_sync")
+        self.peers = PeerServer.for_broker(config)
+        self.peers.handle(RequestCode.EXCHANGE_BROKER_HA_INFO, self.acting.exchange_ha_info)
+        self.peers.handle(RequestCode.GET_CONSUMER_META, self.acting.consumer_meta)
+        classic_acting = config.enableSlaveActingMaster and not config.enableControllerMode
+        self.members = (
+            MemberGroupTracker(config, self.nameserver, self.acting.on_min_broker, paused=lambda: self.acting.pre_online)
+            if classic_acting
+            else None
+        )
+        if self.members is not None:
+            self.ha.alive_in_group = lambda: self.members.alive_replicas if self.members.current is not None else None
+        self.pre_online = classic_acting and not config.skipPreOnline and config.totalReplicas > 1
+        self._pre_online: asyncio.Task | None = None
 
     async def start(self) -> None:
         report = await self.store.start()
@@ -144,28 +182,94 @@ class Broker:
             f", cut {report.removed_bytes} torn bytes at {report.truncated_at}" if report.truncated_at is not None else "",
         )
         await self.ha.start()
-        offsets = ConsumerOffsets(Path(self.config.storePathRootDir) / "config" / "consumerOffset.json")
-        self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, offsets)
-        self._revive = asyncio.get_running_loop().create_task(self.grpc_service.revive_forever(), name="revive")
+        loop = asyncio.get_running_loop()
+        await self.metalog.catch_up()  # what this broker's own log holds beyond its last persisted state
+        classic_master = not self.config.enableControllerMode and self.config.brokerRole != "SLAVE"
+        if classic_master and not self.pre_online:
+            await self.metalog.become_writer()
+        await self.peers.start()
+        self._follow = loop.create_task(self.metalog.follow_forever(), name="meta-follow")
+        self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, self.consumer_meta, self.metalog)
+        self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
         self.grpc_service.on_topics_changed = self.nameserver.register_soon
         self.grpc_service.on_offset_committed = self.offset_reporter.committed
-        self._report_offsets = asyncio.get_running_loop().create_task(self.offset_reporter.run(), name="offset-reports")
+        self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
+        if self.metalog.mode is MetaMode.WRITER:
+            self._taken_over()
+        if self.pre_online:  # §5.3: no registration, no writes, until the consumer state is back
+            self.permission.update(pre_online=True)
+            self.nameserver.may_register = lambda: not self.acting.pre_online
+            self.acting.pre_online = True
+            peers = PeerClient(self.config.peer_token)
+            self._pre_online = loop.create_task(self.acting.run_pre_online(peers, self._go_online), name="pre-online")
         self.nameserver.start()
+        if self.members is not None:
+            self.members.start()
         if self.replicas is not None:
             self.replicas.start()
 
+    async def _go_online(self) -> None:
+        """The end of pre-online: a master records its (possibly adopted) state, takes writes, registers."""
+        if self.config.brokerRole != "SLAVE":
+            await self.metalog.become_writer()
+        self.permission.update(pre_online=False)
+        if self.metalog.mode is MetaMode.WRITER:
+            self._taken_over()
+        log.info("pre-online done: registering as broker %d", self.config.brokerId)
+        self.nameserver.register_soon()
+
     async def stop(self) -> None:
+        """Clients first: nothing is served (and recorded) after this broker leaves its group, so a
+        slave that takes over (acting master) has every record this one answered."""
         if self.replicas is not None:
             await self.replicas.stop()
-        await cancel_and_wait(self._report_offsets)
-        await self.nameserver.stop()
-        await self.ha.stop()
+        await cancel_and_wait(self._pre_online)
         if self.grpc_server is not None:
             await cancel_and_wait(self._revive)
             await self.grpc_server.stop(grace=2)
             self.grpc_service._persist_offsets()
             await self.grpc_service.close()
+        await cancel_and_wait(self._report_offsets, self._follow, *self._background)
+        if self.members is not None:
+            await self.members.stop()
+        await self.nameserver.stop()
+        await self.peers.stop()
+        await self.ha.stop()
         await self.store.shutdown()
+
+    # --- consumer metadata ------------------------------------------------------------------------
+
+    def _in_background(self, work, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _on_role(self, master: bool, epoch: int) -> None:
+        """Controller mode: a new master applies all it followed, then records a snapshot at the new
+        epoch (once sends are let in); a slave follows its master's records."""
+        if master:
+            await self.metalog.become_writer(state_version=epoch)
+            self._taken_over()
+        else:
+            self.metalog.become_follower()
+
+    def _taken_over(self) -> None:
+        """Serving as master now (writes are let in once the caller returns): record the state for
+        the slaves, and correct offsets beyond their queue's end before new messages pass them."""
+        self.metalog.want_snapshot()
+        if self.grpc_service is not None:
+            self._in_background(self.grpc_service.correct_overflows(), "offset-overflow")
+
+    def _topic_changed(self, change: TopicConfig | str) -> None:
+        """A master records every topic change for its slaves (a replica that missed a push, or
+        joined later, gets it from its log)."""
+        if self.metalog.mode is not MetaMode.WRITER:
+            return
+        if isinstance(change, str):
+            record = self.consumer_meta.record("topic", delete=change)
+        else:
+            record = self.consumer_meta.record("topic", topicConfig=asdict(change))
+        self._in_background(self.metalog.write(record), "meta-topic")
 
     def _on_registered(self, reply: dict) -> None:
         """Every registration answer names the master's HA address and whether an operator isolated

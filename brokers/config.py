@@ -1,8 +1,9 @@
 """Broker configuration: a properties file (``key=value``, ``#`` comments) with RocketMQ's key names.
 
-Unknown keys are refused (a typo must not silently fall back to a default); values are typed by the
-key's default. ``python -m brokers -c broker.conf`` exits with code 2 and one line per problem when
-the file is invalid.
+Unknown keys are refused (a typo must not silently fall back to a default), and so are RocketMQ keys
+of features this broker does not have and values it does not support yet, each with its own message;
+values are typed by the key's default. ``python -m brokers -c broker.conf`` exits with code 2 and one
+line per problem when the file is invalid.
 """
 
 from __future__ import annotations
@@ -42,7 +43,17 @@ class BrokerConfig:
     brokerHeartbeatInterval: int = 1000
     registerNameServerPeriod: int = 30000
     brokerNotActiveTimeoutMillis: int = 10000
+    sendHeartbeatTimeoutMillis: int = 1000
+    compatibleWithOldNameSrv: bool = True
+    # Slave-acting-master (reference §5): the member-group poll, pre-online, escape, the lock quorum.
     enableSlaveActingMaster: bool = False
+    syncBrokerMemberGroupPeriod: int = 1000
+    skipPreOnline: bool = False
+    enableRemoteEscape: bool = False  # true: refused (_UNSUPPORTED_VALUES)
+    lockInStrictMode: bool = False  # true: refused (_UNSUPPORTED_VALUES)
+    # Ours: the token brokers of one replica group present on each other's peer channel (listenPort,
+    # brokers/control/peers.py); empty: the control-plane token (controlPlaneToken / ...TokenFile).
+    peerToken: str = ""
     # Delivery attempts before a message goes to its group's DLQ: the subscription-group setting of
     # that name, applied to every group (this broker keeps no per-group subscription configs).
     retryMaxTimes: int = 16
@@ -90,6 +101,10 @@ class BrokerConfig:
         return Path(self.controlPlaneTokenFile).read_text().strip()
 
     @property
+    def peer_token(self) -> str:
+        return self.peerToken or self.token
+
+    @property
     def heartbeat_timeout_millis(self) -> int:
         # RocketMQ sends brokerNotActiveTimeoutMillis only with enableSlaveActingMaster; else the
         # nameserver's default of 120 s applies. We always send a heartbeat, so a short timeout is safe.
@@ -97,6 +112,39 @@ class BrokerConfig:
 
 
 _FIELDS = {f.name: f for f in fields(BrokerConfig) if f.name != "extra"}
+
+# RocketMQ broker keys (BrokerConfig, MessageStoreConfig) for features this broker does not have: an
+# operator's broker.conf that sets one learns so at startup, instead of reading "unknown key".
+_UNSUPPORTED_KEYS = {
+    "namesrvAddr": "brokers find the nameserver and the controller at controlPlaneUrl",
+    "controllerAddr": "brokers find the nameserver and the controller at controlPlaneUrl",
+    "fetchNamesrvAddrByAddressServer": "brokers find the nameserver and the controller at controlPlaneUrl",
+    "enableDLegerCommitLog": "DLedger replication; use enableControllerMode for automatic failover",
+    "duplicationEnable": "DLedger's duplication mode",
+    "enablePropertyFilter": "SQL92 filtering",
+    "enableCalcFilterBitMap": "SQL92 filtering's bit maps",
+    "enableConsumeQueueExt": "the extended consume queue of SQL92 filtering",
+    "transientStorePoolEnable": "the off-heap write buffer",
+    "enableLmq": "light message queues",
+    "enableMultiDispatch": "multi-dispatch of light message queues",
+    "timerWheelEnable": "timer messages",
+    "aclEnable": "ACL; brokers authenticate to the control plane with tokens",
+}
+
+# Supported keys whose non-default value is not (yet): (the refused value, why).
+_UNSUPPORTED_VALUES: dict[str, tuple[object, str]] = {
+    "enableRemoteEscape": (True, "escape of timer and transaction messages comes with them"),
+    "lockInStrictMode": (True, "the lock quorum over the broker member group (reference §5.5) comes later"),
+}
+
+
+def _key_problem(key: str) -> str | None:
+    """Why ``key`` cannot appear in a broker.conf, or None."""
+    if key in _FIELDS:
+        return None
+    if key in _UNSUPPORTED_KEYS:
+        return f"{key}: a RocketMQ broker key this broker does not support ({_UNSUPPORTED_KEYS[key]})"
+    return f"{key}: unknown key"
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -112,16 +160,21 @@ def parse_properties(text: str) -> dict[str, str]:
     return out
 
 
+def _conf_text(value: object) -> str:
+    """A value as broker.conf writes it: booleans ``true`` / ``false``."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def render_conf(keys: Mapping[str, object]) -> str:
     """A ``broker.conf`` text, one ``key=value`` line per key in the given order: the inverse of
     :func:`parse_properties`. Unknown keys and values that do not fit on one line are refused, so a
     harness typo fails where the file is written; booleans are written ``true`` / ``false``."""
     problems, lines = [], []
     for key, value in keys.items():
-        if key not in _FIELDS:
-            problems.append(f"{key}: unknown key")
+        if (problem := _key_problem(key)) is not None:
+            problems.append(problem)
             continue
-        text = str(value).lower() if isinstance(value, bool) else str(value)
+        text = _conf_text(value)
         if "\n" in text or "\r" in text:
             problems.append(f"{key}: the value must fit on one line")
         lines.append(f"{key}={text}\n")
@@ -142,11 +195,10 @@ def from_mapping(values: dict[str, str]) -> BrokerConfig:
     problems: list[str] = []
     typed: dict[str, object] = {}
     for key, raw in values.items():
-        f = _FIELDS.get(key)
-        if f is None:
-            problems.append(f"{key}: unknown key")
+        if (problem := _key_problem(key)) is not None:
+            problems.append(problem)
             continue
-        default = f.default
+        default = _FIELDS[key].default
         try:
             if isinstance(default, bool):
                 if raw.lower() not in ("true", "false"):
@@ -211,9 +263,14 @@ def _check(c: BrokerConfig) -> list[str]:
         "brokerNotActiveTimeoutMillis",
         "flushIntervalCommitLog",
         "flushCommitLogThoroughInterval",
+        "syncBrokerMemberGroupPeriod",
+        "sendHeartbeatTimeoutMillis",
     ):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
+    for key, (refused, why) in _UNSUPPORTED_VALUES.items():
+        if getattr(c, key) == refused:
+            problems.append(f"{key}: {_conf_text(refused)} is not supported yet ({why}); set {_conf_text(_FIELDS[key].default)}")
     if c.flushCommitLogLeastPages < 0:
         problems.append("flushCommitLogLeastPages: must be >= 0")
     return problems

@@ -7,8 +7,11 @@ was revived) is refused. The revive loop puts every message whose invisible time
 group's retry topic ``%RETRY%{group}_{topic}`` with reconsumeTimes + 1, or into ``%DLQ%{group}``
 once it was delivered ``popReviveMaxAttemptTimes`` (16) times.
 
-In-flight state is kept in memory: after a broker restart, un-acknowledged messages are delivered
-again from the last contiguous acknowledged offset (at-least-once, never lost).
+Every change is also a record in the broker's own commit log (brokers/meta.py, as RocketMQ keeps
+its CK/ACK records in the revive topic), so the state replicates to every slave with the log and a
+new master, or this broker after a restart, rebuilds it. An acting master (a slave serving while no
+master is alive) cannot write its log: it redelivers expired messages from their own queue
+(``redeliver``) instead of through the retry topic.
 """
 
 from __future__ import annotations
@@ -61,13 +64,55 @@ class QueueState:
     acked_below: int  # every offset below this one is done (the committed consumer offset)
     in_flight: dict[int, InFlight] = field(default_factory=dict)
     done: set[int] = field(default_factory=set)  # acked (or revived) offsets above acked_below
+    redeliver: dict[int, int] = field(default_factory=dict)  # offset -> its next attempt (revived in place)
 
     def finish(self, offset: int) -> None:
+        if offset < self.acked_below:
+            return
         self.in_flight.pop(offset, None)
+        self.redeliver.pop(offset, None)
         self.done.add(offset)
         while self.acked_below in self.done:
             self.done.discard(self.acked_below)
             self.acked_below += 1
+
+    def reset(self, offset: int) -> None:
+        """Start again at ``offset`` (an offset beyond the queue's end, corrected)."""
+        self.pop_offset = self.acked_below = offset
+        self.in_flight.clear()
+        self.done.clear()
+        self.redeliver.clear()
+
+    def to_wire(self) -> dict:
+        return {
+            "popOffset": self.pop_offset,
+            "ackedBelow": self.acked_below,
+            "inFlight": [[o, f.deadline_ms, f.attempt, f.nonce] for o, f in sorted(self.in_flight.items())],
+            "done": sorted(self.done),
+            "redeliver": [[o, a] for o, a in sorted(self.redeliver.items())],
+        }
+
+    @classmethod
+    def from_wire(cls, raw: dict) -> QueueState:
+        """Raises ValueError/TypeError/KeyError on anything malformed (brokers/meta.py says which record)."""
+        q = cls(_offset(raw["popOffset"]), _offset(raw["ackedBelow"]))
+        for o, deadline, attempt, nonce in raw.get("inFlight", ()):
+            q.in_flight[_offset(o)] = InFlight(_offset(deadline), _offset(attempt), _nonce(nonce))
+        q.done = {_offset(o) for o in raw.get("done", ())}
+        q.redeliver = {_offset(o): _offset(a) for o, a in raw.get("redeliver", ())}
+        return q
+
+
+def _offset(value: object) -> int:
+    if type(value) is not int or not 0 <= value < 2**63:
+        raise ValueError(f"{value!r} is not an offset (an integer in [0, 2**63))")
+    return value
+
+
+def _nonce(value: object) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 64:
+        raise ValueError(f"{value!r} is not a receipt nonce")
+    return value
 
 
 def now_ms() -> int:
@@ -75,6 +120,10 @@ def now_ms() -> int:
 
 
 class PopState:
+    """What a broker knows of every (group, topic, queueId) it serves pops for. The methods that
+    change it are the ones the replicated records replay (brokers/meta.py), so a master and its
+    slaves that applied the same records hold the same state."""
+
     def __init__(self, committed: dict[tuple[str, str, int], int] | None = None):
         self._committed = committed or {}
         self.queues: dict[tuple[str, str, int], QueueState] = {}
@@ -83,28 +132,47 @@ class PopState:
         key = (group, topic, queue_id)
         q = self.queues.get(key)
         if q is None:
+            q = self.queues[key] = self.peek(group, topic, queue_id)
+        return q
+
+    def peek(self, group: str, topic: str, queue_id: int) -> QueueState:
+        """The queue's state, without keeping a new one (a pop that finds nothing changes nothing)."""
+        key = (group, topic, queue_id)
+        q = self.queues.get(key)
+        if q is None:
             start = self._committed.get(key, 0)
-            q = self.queues[key] = QueueState(pop_offset=start, acked_below=start)
+            return QueueState(pop_offset=start, acked_below=start)
         return q
 
     def pop(
         self, group: str, topic: str, queue_id: int, offsets: list[int], attempts: list[int], invisible_ms: int
     ) -> list[ReceiptHandle]:
-        q = self.queue(group, topic, queue_id)
         deadline = now_ms() + invisible_ms
-        handles = []
-        for offset, attempt in zip(offsets, attempts, strict=True):
-            nonce = secrets.token_hex(6)
+        entries = [(offset, deadline, attempt, secrets.token_hex(6)) for offset, attempt in zip(offsets, attempts, strict=True)]
+        self.apply_pop(group, topic, queue_id, entries)
+        return [ReceiptHandle(group, topic, queue_id, offset, nonce) for offset, _, _, nonce in entries]
+
+    def apply_pop(self, group: str, topic: str, queue_id: int, entries: list[tuple[int, int, int, str]]) -> None:
+        """Deliveries (offset, invisible deadline, attempt, nonce): in flight until acked or expired."""
+        q = self.queue(group, topic, queue_id)
+        for offset, deadline, attempt, nonce in entries:
+            q.redeliver.pop(offset, None)
+            if offset < q.acked_below or offset in q.done:
+                continue  # finished meanwhile (records of one queue may land out of order)
             q.in_flight[offset] = InFlight(deadline, attempt, nonce)
             q.pop_offset = max(q.pop_offset, offset + 1)
-            handles.append(ReceiptHandle(group, topic, queue_id, offset, nonce))
-        return handles
 
     def skip(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """A message the subscription filters out counts as consumed."""
         q = self.queue(group, topic, queue_id)
         q.pop_offset = max(q.pop_offset, offset + 1)
         q.finish(offset)
+
+    def finish(self, group: str, topic: str, queue_id: int, offsets: list[int]) -> None:
+        q = self.queue(group, topic, queue_id)
+        for offset in offsets:
+            q.pop_offset = max(q.pop_offset, offset + 1)
+            q.finish(offset)
 
     def _valid(self, handle: ReceiptHandle) -> tuple[QueueState, InFlight] | None:
         q = self.queues.get((handle.group, handle.topic, handle.queue_id))
@@ -124,10 +192,21 @@ class PopState:
         found = self._valid(handle)
         if found is None:
             return None
-        flight = found[1]
-        flight.deadline_ms = now_ms() + invisible_ms
-        flight.nonce = secrets.token_hex(6)
-        return ReceiptHandle(handle.group, handle.topic, handle.queue_id, handle.offset, flight.nonce)
+        self.apply_invisible(
+            handle.group, handle.topic, handle.queue_id, handle.offset, now_ms() + invisible_ms, secrets.token_hex(6)
+        )
+        return ReceiptHandle(handle.group, handle.topic, handle.queue_id, handle.offset, found[1].nonce)
+
+    def apply_invisible(self, group: str, topic: str, queue_id: int, offset: int, deadline_ms: int, nonce: str) -> None:
+        flight = self.queue(group, topic, queue_id).in_flight.get(offset)
+        if flight is not None:
+            flight.deadline_ms, flight.nonce = deadline_ms, nonce
+
+    def revive_in_place(self, group: str, topic: str, queue_id: int, offset: int, attempt: int) -> None:
+        """An acting master's revive: the expired message is delivered again from its own queue."""
+        q = self.queue(group, topic, queue_id)
+        if q.in_flight.pop(offset, None) is not None:
+            q.redeliver[offset] = attempt + 1
 
     def expired(self) -> list[tuple[str, str, int, int, int]]:
         """(group, topic, queueId, offset, attempt) of every delivery whose invisible time passed."""
@@ -141,3 +220,14 @@ class PopState:
 
     def committed(self) -> dict[tuple[str, str, int], int]:
         return {k: q.acked_below for k, q in self.queues.items()}
+
+    def to_wire(self) -> dict:
+        return {f"{g}@{t}@{q}": state.to_wire() for (g, t, q), state in self.queues.items()}
+
+    @classmethod
+    def from_wire(cls, raw: dict, committed: dict[tuple[str, str, int], int]) -> PopState:
+        state = cls(committed)
+        for key, queue in raw.items():
+            group, topic, qid = key.rsplit("@", 2)
+            state.queues[(group, topic, int(qid))] = QueueState.from_wire(queue)
+        return state

@@ -4,6 +4,7 @@ DataVersion that moves on every change, so the nameserver re-reads queue data wh
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +29,8 @@ class TopicConfigManager:
         self.topics: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
         self.state_version = 0
+        # Told of every change (the topic, or its name when deleted): a master records it for its slaves.
+        self.on_changed: Callable[[TopicConfig | str], None] | None = None
         if self.path.exists():
             raw = json.loads(self.path.read_text())
             self.topics = {name: TopicConfig(**tc) for name, tc in raw["topicConfigTable"].items()}
@@ -40,12 +43,16 @@ class TopicConfigManager:
             return False
         self.topics[tc.topicName] = tc
         self._changed()
+        if self.on_changed is not None:
+            self.on_changed(tc)
         return True
 
     def delete(self, name: str) -> bool:
         if self.topics.pop(name, None) is None:
             return False
         self._changed()
+        if self.on_changed is not None:
+            self.on_changed(name)
         return True
 
     def _changed(self) -> None:

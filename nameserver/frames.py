@@ -1,7 +1,7 @@
 """The nameserver's frames on the broker websocket (docs/websocket.md): register, heartbeat (with
-optional water levels), unregister; and, when a socket closes, the brokers it stood for are
-unregistered at once (RocketMQ's onChannelDestroy). Registered with ``controlplane.ws`` in
-``NameserverConfig.ready``."""
+optional water levels), unregister, get_broker_member_group; and, when a socket closes, the brokers
+it stood for are unregistered at once (RocketMQ's onChannelDestroy). Registered with
+``controlplane.ws`` in ``NameserverConfig.ready``."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from channels.db import database_sync_to_async
 from controlplane import validation as v
 from controlplane import ws
 
-from . import liveness, services, water_levels
+from . import liveness, route_cache, selectors, services, water_levels, wire
 from .core.water_levels import parse_water_levels
-from .serializers import RegisterBrokerSerializer, UnregisterSerializer
+from .serializers import MemberGroupQuerySerializer, RegisterBrokerSerializer, UnregisterSerializer
 from .signals import water_levels_reported
 from .views import register_response
 
@@ -99,6 +99,29 @@ async def unregister(connection: ws.BrokerConsumer, payload: dict) -> dict:
     return {"unregistered": result is not None}
 
 
+def _member_group_answer(cluster_name: str, broker_name: str) -> dict:
+    """As ``GET /api/v1/nameserver/brokers/member-group`` answers (MemberGroupView), cached per registry
+    version: slave-acting-master brokers ask every second (reference §3.7)."""
+
+    def compute() -> dict:
+        group = selectors.member_group(broker_name)
+        if group is None:
+            return {"cluster": cluster_name, "brokerName": broker_name, "brokerAddrs": {}}
+        return wire.member_group(group)
+
+    return route_cache.cached(("member-group", broker_name, cluster_name), compute)
+
+
+async def get_broker_member_group(connection: ws.BrokerConsumer, payload: dict) -> dict:
+    """GET_BROKER_MEMBER_GROUP (901): looked up by brokerName only, as RocketMQ does."""
+    s = MemberGroupQuerySerializer(data=payload)
+    s.is_valid(raise_exception=True)
+    d = s.validated_data
+    # Asked every second: a set found in the token's cluster is not looked up again on this socket.
+    await connection.check_binding(clusters=[d.get("clusterName")], broker_sets=[d["brokerName"]], remember=True)
+    return await database_sync_to_async(_member_group_answer)(d.get("clusterName", ""), d["brokerName"])
+
+
 async def closed(connection: ws.BrokerConsumer) -> None:
     """A broker whose socket closes is unregistered at once, unless it has meanwhile bound another."""
     for member in list(connection.bound(BOUND)):
@@ -114,4 +137,5 @@ def register_frames() -> None:
     ws.register("register", register)
     ws.register("heartbeat", heartbeat)
     ws.register("unregister", unregister)
+    ws.register("get_broker_member_group", get_broker_member_group)
     ws.on_close(closed)

@@ -28,12 +28,21 @@ class Source(StrEnum):
     # table, once). A rollback then shows at the moment of the failover, with its exact size, before
     # any consumer commits on the new master.
     MASTER_TAKEOVER = "master_takeover"
+    # Ours: a broker found a committed offset beyond its queue's end (a shorter log became the
+    # master's in an unclean election) and started the group again at the end (OFFSET_OVERFLOW).
+    OFFSET_CORRECTED = "offset_corrected"
 
 
 # Sources that say what the serving broker of a replica group holds. A slave's synced copy lags its
 # master's by design; it rolls the group back only once it is served, which shows as MASTER_TAKEOVER
 # or a CLIENT_COMMIT of that broker.
-SERVING_SOURCES = (Source.CLIENT_COMMIT, Source.PRE_ONLINE_SYNC, Source.OPERATOR_RESET, Source.MASTER_TAKEOVER)
+SERVING_SOURCES = (
+    Source.CLIENT_COMMIT,
+    Source.PRE_ONLINE_SYNC,
+    Source.OPERATOR_RESET,
+    Source.MASTER_TAKEOVER,
+    Source.OFFSET_CORRECTED,
+)
 
 
 class Cause(StrEnum):

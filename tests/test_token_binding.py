@@ -430,6 +430,7 @@ FRAMES = {
     "register_broker_to_controller": (BODIES["ctl register"], BOTH, None),
     "alter_sync_state_set": (BODIES["ctl alter"], ALL, None),
     "get_replica_info": (BODIES["cluster and set"], ALL, None),
+    "get_broker_member_group": (BODIES["cluster and set"], ALL, None),
     "elect_master": (BODIES["ctl broker elect"], ALL, masters_silent),
     "offset_events": (BODIES["offset events"], BOTH, None),
 }

@@ -15,7 +15,7 @@ from tests.nameserver.test_websocket import call, connected
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 EACH_APPS_FRAMES = {
-    "nameserver": {"register", "heartbeat", "unregister"},
+    "nameserver": {"register", "heartbeat", "unregister", "get_broker_member_group"},
     "controller": {
         "controller_heartbeat",
         "get_next_broker_id",

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..config import BrokerConfig
@@ -57,6 +58,8 @@ class ReplicasManager:
         link.on_push["notify_broker_role_changed"] = self._on_role_pushed
         ha.on_expand = lambda _slave: self._alter_wanted.set()
         ha.on_slave_gone = lambda _slave: self._alter_wanted.set()
+        # Told of every role taken, before sends are let in: (is master, master epoch).
+        self.on_role: Callable[[bool, int], Awaitable[None]] | None = None
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -293,6 +296,8 @@ class ReplicasManager:
         await self.ha.change_to_master(epoch, members or {self.broker_id})
         self.master_id, self.master_addr = self.broker_id, self.config.broker_addr
         self._bump_state_version(epoch)
+        if self.on_role is not None:
+            await self.on_role(True, epoch)
         self.link.broker_id = 0
         self.ha.permission.update(fenced=False)
         self.role_known.set()
@@ -313,6 +318,8 @@ class ReplicasManager:
         self._bump_state_version(epoch)
         if not same_master:
             await self.ha.change_to_slave()
+        if self.on_role is not None:
+            await self.on_role(False, epoch)
         self.link.broker_id = self.broker_id
         self.ha.permission.update(fenced=False)
         self.role_known.set()

@@ -15,8 +15,9 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from ..config import BrokerConfig
+from ..meta import ConsumerMeta
+from ..metalog import MetaLog
 from ..store.message import Message
-from ..store.offsets import ConsumerOffsets
 from ..store.store import MessageStore, PutMessageStatus
 from ..topics import TopicConfigManager
 from .codes import permission, send_code
@@ -41,11 +42,13 @@ def _endpoints(addr: str) -> pb.Endpoints:
 
 
 class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
-    def __init__(self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsets):
+    def __init__(
+        self, config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, meta: ConsumerMeta, metalog: MetaLog
+    ):
         self.config = config
         self.store = store
         self.topics = topics
-        self.init_consumer(offsets)
+        self.init_consumer(meta, metalog)
         self._next_queue = itertools.count()
         self._http = httpx.AsyncClient(
             base_url=config.controlPlaneUrl, timeout=ROUTE_TIMEOUT_S, headers={"Authorization": f"Bearer {config.token}"}
@@ -189,7 +192,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
 
 
 async def serve(
-    config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, offsets: ConsumerOffsets
+    config: BrokerConfig, store: MessageStore, topics: TopicConfigManager, meta: ConsumerMeta, metalog: MetaLog
 ) -> tuple[grpc.aio.Server, MessagingService]:
     server = grpc.aio.server(
         options=[
@@ -197,7 +200,7 @@ async def serve(
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
         ]
     )
-    service = MessagingService(config, store, topics, offsets)
+    service = MessagingService(config, store, topics, meta, metalog)
     rpc.add_MessagingServiceServicer_to_server(service, server)
     addr = f"{config.brokerIP1}:{config.grpcServerPort}"
     if server.add_insecure_port(addr) == 0:

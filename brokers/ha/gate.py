@@ -23,6 +23,7 @@ class WriteReason(StrEnum):
     WRITABLE = "WRITABLE"
     ISOLATED = "ISOLATED"  # an operator isolated it (outlives role changes and restarts)
     FENCED = "FENCED"  # controller mode, before the controller assigned a role (reference §2.1)
+    PRE_ONLINE = "PRE_ONLINE"  # a returning master taking back what its acting slave served (§5.3)
     SLAVE = "SLAVE"  # a slave copies its master's log and refuses sends (reference §4.1)
 
     @property
@@ -34,16 +35,19 @@ _DETAILS = {
     WriteReason.WRITABLE: "",
     WriteReason.ISOLATED: "isolated by an operator",
     WriteReason.FENCED: "fenced: waiting for the controller to assign a role",
+    WriteReason.PRE_ONLINE: "pre-online: taking back consumer state from the replica that acted as master",
     WriteReason.SLAVE: "this broker is a SLAVE",
 }
 
 
-def write_gate(role: BrokerRole, *, fenced: bool, isolated: bool) -> tuple[bool, WriteReason]:
+def write_gate(role: BrokerRole, *, fenced: bool, isolated: bool, pre_online: bool = False) -> tuple[bool, WriteReason]:
     """(writable, reason). Isolation is named first: it is the one fact a role change does not lift."""
     if isolated:
         return False, WriteReason.ISOLATED
     if fenced:
         return False, WriteReason.FENCED
+    if pre_online:
+        return False, WriteReason.PRE_ONLINE
     if role is BrokerRole.SLAVE:
         return False, WriteReason.SLAVE
     return True, WriteReason.WRITABLE
@@ -54,6 +58,7 @@ class WriteFacts:
     role: BrokerRole
     fenced: bool = False
     isolated: bool = False
+    pre_online: bool = False
 
 
 class WritePermission:
@@ -80,18 +85,26 @@ class WritePermission:
         """None while sends are taken, else the detail a refused send carries."""
         return None if self._writable else self._reason.detail
 
-    def update(self, *, role: BrokerRole | None = None, fenced: bool | None = None, isolated: bool | None = None) -> None:
+    def update(
+        self,
+        *,
+        role: BrokerRole | None = None,
+        fenced: bool | None = None,
+        isolated: bool | None = None,
+        pre_online: bool | None = None,
+    ) -> None:
         """Feed the facts that changed (None: unchanged) and decide again."""
         old = self._facts
         facts = WriteFacts(
             old.role if role is None else role,
             old.fenced if fenced is None else fenced,
             old.isolated if isolated is None else isolated,
+            old.pre_online if pre_online is None else pre_online,
         )
         if facts == old:
             return
         self._facts = facts
-        writable, reason = write_gate(facts.role, fenced=facts.fenced, isolated=facts.isolated)
+        writable, reason = write_gate(facts.role, fenced=facts.fenced, isolated=facts.isolated, pre_online=facts.pre_online)
         if (writable, reason) != (self._writable, self._reason):
             log.info("write permission: %s (%s)", "writable" if writable else "refusing sends", reason.detail or "as master")
         self._writable, self._reason = writable, reason

@@ -71,6 +71,9 @@ class HAService:
         self.proposed_sync_state_set: set[int] | None = None
         self.on_expand: Callable[[int], None] | None = None  # a slave qualifies for the SyncStateSet
         self.on_slave_gone: Callable[[int], None] | None = None  # a SyncStateSet member's link closed
+        self.on_slave_transfer: Callable[[MasterConnection], None] | None = None  # a slave's link starts transferring
+        # Slave-acting-master (§5.1): the live members of the group (aliveReplicaNumInGroup).
+        self.alive_in_group: Callable[[], int | None] | None = None
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -95,9 +98,17 @@ class HAService:
             if not self.epochs.entries:  # classic mode has no controller epochs: one epoch from the start
                 self.epochs.append(EpochEntry(1, self.store.min_offset))
             self.store.set_follow_max(True)
-            self.server = HAServer(self.store, self.epochs, self.timings, self._on_ack)
-            await self.server.start(self.config.brokerIP1, self.config.haListenPort)
+            await self._serve_slaves()
             self.store.replicas = self if self.role is BrokerRole.SYNC_MASTER else None
+
+    async def _serve_slaves(self) -> None:
+        self.server = HAServer(self.store, self.epochs, self.timings, self._on_ack)
+        self.server.on_transfer_start = self._slave_transferring
+        await self.server.start(self.config.brokerIP1, self.config.haListenPort)
+
+    def _slave_transferring(self, conn: MasterConnection) -> None:
+        if self.on_slave_transfer is not None:
+            self.on_slave_transfer(conn)
 
     async def stop(self) -> None:
         self.store.replicas = None
@@ -135,8 +146,7 @@ class HAService:
         self.role = BrokerRole.SYNC_MASTER
         self.set_sync_state_set(sync_state_set)
         if self.server is None:
-            self.server = HAServer(self.store, self.epochs, self.timings, self._on_ack)
-            await self.server.start(self.config.brokerIP1, self.config.haListenPort)
+            await self._serve_slaves()
         self.store.replicas = self
         self.permission.update(role=self.role)  # last: sends wait for replicas from the first one
 
@@ -214,7 +224,12 @@ class HAService:
             )
         in_sync = ha_in_sync_count(self.store.max_offset, self._acks(), self.quorum.ha_max_gap_not_in_sync)
         return need_ack_nums(
-            self.quorum, self.role, controller_mode=False, acting_master_mode=self.config.enableSlaveActingMaster, in_sync=in_sync
+            self.quorum,
+            self.role,
+            controller_mode=False,
+            acting_master_mode=self.config.enableSlaveActingMaster,
+            in_sync=in_sync,
+            alive_in_group=self.alive_in_group() if self.alive_in_group is not None else None,
         )
 
     async def wait(self, next_offset: int, need_acks: int) -> PutMessageStatus:

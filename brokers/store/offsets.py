@@ -43,8 +43,11 @@ class ConsumerOffsets:
     def key(group: str, topic: str, queue_id: int) -> str:
         return f"{group}@{topic}@{queue_id}"
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+    def commit(self, group: str, topic: str, queue_id: int, offset: int, bump: bool = True) -> None:
+        """``bump=False``: a replica applying its master's records, whose DataVersion it adopts instead."""
         self.offsets[self.key(group, topic, queue_id)] = offset
+        if not bump:
+            return
         self._commits += 1
         if self._commits % self.step == 0:
             self.data_version = self.data_version.next(self.state_version)
@@ -52,7 +55,8 @@ class ConsumerOffsets:
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.offsets.get(self.key(group, topic, queue_id))
 
-    def persist(self) -> None:
+    def persist(self, **more: object) -> None:
+        """``more``: further top-level keys stored with the table (brokers/meta.py)."""
         body = {
             "offsetTable": self.offsets,
             "dataVersion": {
@@ -61,4 +65,4 @@ class ConsumerOffsets:
                 "timestamp": self.data_version.timestamp,
             },
         }
-        write_json_atomically(self.path, body)
+        write_json_atomically(self.path, body | more)

@@ -117,6 +117,7 @@ class MessageStore:
         self._reput_offset = 0  # replicated bytes up to here are turned into consume-queue entries
         self._reput_carry = b""  # a replicated record cut by the end of a transfer
         self.write_listeners: set[Callable[[], None]] = set()  # told after every commit-log write
+        self.truncations = 0  # times the log was cut or restarted: readers of a queue start over
 
     @property
     def writable(self) -> bool:
@@ -515,7 +516,10 @@ class MessageStore:
             self._write_checkpoint(min(self.confirm_offset, self.commit_log.max_offset))
             return self.recover()
 
-        return await asyncio.get_running_loop().run_in_executor(self._io, cut)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._io, cut)
+        finally:
+            self.truncations += 1
 
     async def restart_at(self, offset: int) -> RecoveryReport:
         """Delete the whole log; it starts again, empty, at ``offset`` (rounded down to a segment
@@ -527,7 +531,14 @@ class MessageStore:
             self._write_checkpoint(self.commit_log.max_offset)
             return self.recover()
 
-        return await asyncio.get_running_loop().run_in_executor(self._io, clear)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._io, clear)
+        finally:
+            self.truncations += 1
+
+    async def settled(self) -> None:
+        """Returns once every consume-queue write queued so far is done (they are readable)."""
+        await asyncio.get_running_loop().run_in_executor(self._io, _nothing)
 
     async def read_raw(self, offset: int, max_bytes: int) -> bytes:
         """Written log bytes from ``offset`` within one segment (what a master ships)."""
@@ -553,6 +564,10 @@ class MessageStore:
         """The next queue offset consumers can read (published entries)."""
         cq = self.consume_queues.queues.get((topic, queue_id))
         return cq.count if cq else 0
+
+
+def _nothing() -> None:
+    pass
 
 
 class _NotWritable(Exception):

@@ -100,8 +100,10 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
                 assert {a.message_queue.broker.endpoints.addresses[0].port for a in assignment.assignments} == set(grpc_ports)
                 # An unsupported call answers a proper gRPC status, not a crash.
                 with pytest.raises(grpc.RpcError) as e:
-                    stub.QueryOffset(spb.QueryOffsetRequest(), timeout=5)
+                    stub.ForwardMessageToDeadLetterQueue(spb.ForwardMessageToDeadLetterQueueRequest(), timeout=5)
                 assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+                # QueryOffset (min / max / by time) answers in RocketMQ's codes; an unknown topic is TOPIC_NOT_FOUND.
+                assert stub.QueryOffset(spb.QueryOffsetRequest(), timeout=5).status.code == pb.Code.TOPIC_NOT_FOUND
                 # Telemetry: a settings command is answered with the settings the broker enforces.
                 publishing = pb.Settings(
                     client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="Orders")])

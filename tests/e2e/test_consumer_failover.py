@@ -1,0 +1,157 @@
+"""Consumers survive failover (seed 000, reference §5): real broker processes in controller mode
+(all-ack), the official client consuming. After kill -9 of the master, the new master holds the
+group's offsets and pop state as the old one had them up to its last record: nothing acknowledged
+comes again, a message received but not yet acked can be acked on the new master with the receipt
+handle the old one issued, and the persisted tables of both match; the old master rejoins as a
+slave and holds the new master's table. A replica that joins after a topic was created gets that
+topic from its master's log (no push needed)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import grpc
+import httpx
+import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+
+from controlplane.models import ApiToken
+from tests.e2e.test_broker_membership import wait_for
+from tests.e2e.test_failover import group_views, start_in_sync, two_replicas
+from tests.e2e.test_replication import Replica, send, stop_all
+from tests.procs import celery_worker_and_beat, uvicorn_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+
+GROUP, TOPIC = "billing", "Replicated"
+
+
+def official_consumer(port: int) -> SimpleConsumer:
+    consumer = SimpleConsumer(
+        ClientConfiguration(f"127.0.0.1:{port}", Credentials()), GROUP, {TOPIC: FilterExpression()}, await_duration=1
+    )
+    consumer.startup()
+    return consumer
+
+
+def receive_ids(consumer: SimpleConsumer, count: int, *, ack: bool, invisible_s: int = 30, timeout_s: float = 60) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        for m in consumer.receive(min(16, count - len(got)), invisible_s):
+            if ack:
+                consumer.ack(m)
+            got.append(m)
+    return got
+
+
+def ack_raw(port: int, messages: list) -> list[int]:
+    """AckMessage on a broker of our choice with the receipt handles as they were issued."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = rpc.MessagingServiceStub(channel)
+        resp = stub.AckMessage(
+            spb.AckMessageRequest(
+                group=pb.Resource(name=GROUP),
+                topic=pb.Resource(name=TOPIC),
+                entries=[spb.AckMessageEntry(message_id=m.message_id, receipt_handle=m.receipt_handle) for m in messages],
+            ),
+            timeout=10,
+        )
+    return [e.status.code for e in resp.entries]
+
+
+def consumer_tables(replica: Replica) -> dict:
+    raw = json.loads((replica.root / "config" / "consumerOffset.json").read_text())
+    return {"offsetTable": raw["offsetTable"], "popTable": raw.get("popTable", {}), "groups": raw.get("subscriptionGroups")}
+
+
+def test_kill_9_of_the_master_keeps_offsets_and_pop_state_on_the_new_master(tmp_path):
+    token = ApiToken.issue("cf-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('cf-admin', 'admin')[1]}"}
+    with uvicorn_server() as base, celery_worker_and_beat():
+        replicas = two_replicas(tmp_path, base, token, allAckInSyncStateSet="true", controllerHeartBeatTimeoutMills=3000)
+        info, master_of = group_views(base, admin, replicas)
+        try:
+            before, master, slave = start_in_sync(replicas, info, master_of)
+            wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
+            assert send(master.grpc_port, 399, first=1) == {pb.Code.OK: 399}
+
+            consumer = official_consumer(master.grpc_port)
+            try:
+                acked = {m.message_id for m in receive_ids(consumer, 250, ack=True)}
+                in_flight = receive_ids(consumer, 20, ack=False, invisible_s=60)
+            finally:
+                consumer.shutdown()
+            assert len(acked) == 250 and len(in_flight) == 20
+            time.sleep(1.5)  # both replicas persist their tables (every 0.5 s)
+            old_tables = consumer_tables(master)
+            assert old_tables["groups"] == [GROUP] and sum(old_tables["offsetTable"].values()) >= 250
+
+            master.stop(signal.SIGKILL)
+            epoch = before["masterEpoch"] + 1
+            wait_for(lambda: master_of(info()) is slave and info()["masterEpoch"] == epoch, 30, "the election")
+            wait_for(lambda: consumer_tables(slave)["offsetTable"] == old_tables["offsetTable"], 10, "the new master's table")
+            new_tables = consumer_tables(slave)
+            assert new_tables["popTable"] == old_tables["popTable"]  # in flight: same offsets, deadlines, nonces
+
+            # The old master's receipt handles are good on the new master (pop state replicated).
+            assert ack_raw(slave.grpc_port, in_flight[:10]) == [pb.Code.OK] * 10
+            consumer = official_consumer(slave.grpc_port)
+            try:
+                rest = receive_ids(consumer, 130, ack=True, timeout_s=60)
+                nothing = consumer.receive(16, 30)
+            finally:
+                consumer.shutdown()
+            again = {m.message_id for m in rest} & acked
+            assert again == set(), f"{len(again)} acknowledged messages delivered again"
+            # Everything else arrives exactly once: 400 - 250 acked - 10 acked in flight; the other
+            # 10 stay invisible until their 60 s are up.
+            assert len(rest) == 130 and not nothing
+            in_flight_ids = {m.message_id for m in in_flight}
+            assert not {m.message_id for m in rest} & in_flight_ids
+
+            # The deposed master rejoins as a slave and takes the new master's state (epoch 2 > 1).
+            master.start()
+            wait_for(lambda: len(info().get("syncStateSet", [])) == 2, 60, "the old master back in sync")
+            time.sleep(1)  # the new master persists every 0.5 s
+            wait_for(
+                lambda: consumer_tables(master)["offsetTable"] == consumer_tables(slave)["offsetTable"],
+                30,
+                "the rejoined replica holding the new master's offsets",
+            )
+            assert consumer_tables(master)["popTable"] == consumer_tables(slave)["popTable"]
+        finally:
+            stop_all(*replicas)
+
+
+def test_a_replica_that_joins_after_a_topic_was_created_gets_it_from_the_log(tmp_path):
+    token = ApiToken.issue("cf-join-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('cf-join-admin', 'admin')[1]}"}
+    with uvicorn_server() as base:
+        master = Replica(tmp_path, "master", 0, "SYNC_MASTER", base, token)
+        late = Replica(tmp_path, "late", 1, "SLAVE", base, token)
+        try:
+            master.start()
+            wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
+            r = httpx.post(
+                f"{base}/api/v1/nameserver/topics",
+                headers=admin,
+                timeout=5,
+                json={"topicName": "Invoices", "brokerNames": ["group-a"], "readQueueNums": 2, "writeQueueNums": 2},
+            )
+            assert r.status_code == 200, r.text
+            late.start()  # no push reaches it: the topic was created before it registered
+
+            def late_topics() -> dict:
+                path = late.root / "config" / "topics.json"
+                return json.loads(path.read_text())["topicConfigTable"] if path.exists() else {}
+
+            wait_for(lambda: "Invoices" in late_topics(), 30, "the topic on the late replica")
+            assert late_topics()["Invoices"]["writeQueueNums"] == 2
+        finally:
+            stop_all(master, late)
