@@ -131,7 +131,8 @@ class MetaLog:
         lets writes in; ``want_snapshot`` records the state for the slaves."""
         await self.catch_up()
         if not self.based:
-            log.warning("taking over without a consumer-metadata snapshot: serving from the local state")
+            if self.cursor:  # records were there, but none was a snapshot this replica could start from
+                log.warning("taking over without a consumer-metadata snapshot: serving from the local state")
             self.based = True
         if self.mode is not MetaMode.WRITER:
             log.info("consumer metadata: %s -> WRITER (%d records applied, %d refused)", self.mode, self.applied, self.rejected)
