@@ -51,6 +51,7 @@ class MetaLog:
         self.on_topics_changed: Callable[[], None] | None = None
         self._lock = asyncio.Lock()  # one catch-up at a time (the follow loop, a promotion)
         self._snapshot_wanted = False
+        self._wake = asyncio.Event()  # a snapshot became due (a slave's link started): do not wait
 
     # --- writing (WRITER) -------------------------------------------------------------------------
 
@@ -68,7 +69,11 @@ class MetaLog:
         """Follow the records while not the writer; as the writer, store the snapshot record wanted
         (retried until stored: a SYNC_MASTER may lack in-sync replicas for a while)."""
         while True:
-            await asyncio.sleep(FOLLOW_INTERVAL_S)
+            try:
+                await asyncio.wait_for(self._wake.wait(), FOLLOW_INTERVAL_S)
+            except TimeoutError:
+                pass
+            self._wake.clear()
             try:
                 if self.mode is not MetaMode.WRITER:
                     await self.catch_up()
@@ -145,14 +150,19 @@ class MetaLog:
         """A snapshot record is due: after a takeover, and when a slave starts copying (it may have
         no base). The writer stores one as soon as it can (``follow_forever``)."""
         self._snapshot_wanted = True
+        self._wake.set()
 
     async def _store_snapshot(self) -> None:
         self._snapshot_wanted = False
+        self._wake = asyncio.Event()  # a snapshot became due (a slave's link started): do not wait
         result = await self.write(self.meta.snapshot())
         if result.status is not PutMessageStatus.PUT_OK:
             self._snapshot_wanted = self.mode is MetaMode.WRITER
             log.info("a consumer-metadata snapshot record was not stored (%s %s); retrying", result.status, result.detail)
-            await asyncio.sleep(SNAPSHOT_RETRY_S)
+            try:  # again after a while, or at once when a slave's link starts
+                await asyncio.wait_for(self._wake.wait(), SNAPSHOT_RETRY_S)
+            except TimeoutError:
+                pass
 
     def become_follower(self) -> None:
         if self.mode is not MetaMode.FOLLOWER:

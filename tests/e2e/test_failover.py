@@ -50,7 +50,7 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
 
             master.start()  # the old master returns: a slave now, it catches up with the new master
             wait_for(
-                lambda: len(info().get("syncStateSet", [])) == 2 and master.log_size() == slave.log_size(),
+                lambda: len(info().get("syncStateSet", [])) == 2 and master.log_bytes() == slave.log_bytes(),
                 60,
                 "the old master back in the SyncStateSet",
             )
@@ -160,7 +160,7 @@ def test_a_stopped_master_is_replaced_and_rejoins_as_a_slave_cutting_its_diverge
                 os.killpg(old.proc.pid, signal.SIGCONT)
             print(f"group RTO after SIGSTOP (heartbeat timeout 2 s): {rto:.2f} s")
             wait_for(
-                lambda: old.log_size() == new.log_size() and len(info().get("syncStateSet", [])) == 2,
+                lambda: old.log_bytes() == new.log_bytes() and len(info().get("syncStateSet", [])) == 2,
                 60,
                 "the old master following the new one",
             )
