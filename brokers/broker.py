@@ -12,7 +12,7 @@ from pathlib import Path
 from .config import BrokerConfig
 from .control.members import MemberGroupTracker
 from .control.nameserver import NameserverLink
-from .control.peers import PeerClient, PeerServer, RequestCode
+from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, ResponseCode
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
 from .grpc.service import serve
@@ -150,7 +150,6 @@ class Broker:
         self.metalog = MetaLog(self.store, self.consumer_meta)
         self.metalog.on_topics_changed = self.nameserver.register_soon
         self.topics.on_changed = self._topic_changed
-        self.ha.on_slave_transfer = lambda _conn: self.metalog.want_snapshot()
         if self.replicas is not None:
             self.replicas.on_role = self._on_role
         self._follow: asyncio.Task | None = None
@@ -161,6 +160,10 @@ class Broker:
         self.peers = PeerServer.for_broker(config)
         self.peers.handle(RequestCode.EXCHANGE_BROKER_HA_INFO, self.acting.exchange_ha_info)
         self.peers.handle(RequestCode.GET_CONSUMER_META, self.acting.consumer_meta)
+        self.peers.handle(RequestCode.WANT_CONSUMER_META_SNAPSHOT, self._snapshot_asked)
+        self._peer_client = PeerClient(config.peer_token)
+        self._master_addr: str | None = None  # classic mode: from the nameserver's registration answers
+        self.metalog.request_snapshot = self._ask_master_for_snapshot
         classic_acting = config.enableSlaveActingMaster and not config.enableControllerMode
         self.members = (
             MemberGroupTracker(config, self.nameserver, self.acting.on_min_broker, paused=lambda: self.acting.pre_online)
@@ -200,8 +203,7 @@ class Broker:
             self.permission.update(pre_online=True)
             self.nameserver.may_register = lambda: not self.acting.pre_online
             self.acting.pre_online = True
-            peers = PeerClient(self.config.peer_token)
-            self._pre_online = loop.create_task(self.acting.run_pre_online(peers, self._go_online), name="pre-online")
+            self._pre_online = loop.create_task(self.acting.run_pre_online(self._peer_client, self._go_online), name="pre-online")
         self.nameserver.start()
         if self.members is not None:
             self.members.start()
@@ -253,6 +255,18 @@ class Broker:
         else:
             self.metalog.become_follower()
 
+    async def _snapshot_asked(self, body: dict) -> dict:
+        """A replica without a base asks for a snapshot record (only a master writes one)."""
+        if self.metalog.mode is not MetaMode.WRITER:
+            raise PeerRefused(ResponseCode.SYSTEM_ERROR, "not the master of this broker set")
+        self.metalog.want_snapshot()
+        return {}
+
+    async def _ask_master_for_snapshot(self) -> None:
+        master = self.replicas.master_addr if self.replicas is not None else self._master_addr
+        if master and master != self.config.broker_addr:
+            await self._peer_client.call(master, RequestCode.WANT_CONSUMER_META_SNAPSHOT, {})
+
     def _taken_over(self) -> None:
         """Serving as master now (writes are let in once the caller returns): record the state for
         the slaves, and correct offsets beyond their queue's end before new messages pass them."""
@@ -275,6 +289,7 @@ class Broker:
         """Every registration answer names the master's HA address and whether an operator isolated
         this broker: so isolation survives a restart of this process and a push it missed."""
         self.ha.on_master_ha_addr(reply.get("haServerAddr"))
+        self._master_addr = reply.get("masterAddr") or None
         if "isolated" in reply:  # (a control plane that does not say leaves the last word standing)
             self._set_isolated(reply["isolated"] is True)
 

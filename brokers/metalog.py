@@ -8,8 +8,8 @@ reference §5.1: serves pops and acks from its followed state; it cannot write i
 changes stay local, with a DataVersion that moves, until pre-online pulls them back).
 
 A follower without a base (a fresh replica, or one whose log was cut at a handshake) skips records
-until the next snapshot record, which its master writes when the replica's HA link starts
-transferring.
+until the next snapshot record, which it asks its master for (peer channel) every second until one
+arrives.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
 from .meta import META_TOPIC, SNAPSHOT, ConsumerMeta, MetaRejected
@@ -30,6 +30,7 @@ log = logging.getLogger("brokers.meta")
 FOLLOW_INTERVAL_S = 0.02  # how often a follower looks for newly published records
 READ_BATCH = 512
 SNAPSHOT_RETRY_S = 0.5
+SNAPSHOT_REQUEST_S = 1.0  # how often a replica without a base asks its master for a snapshot record
 
 
 class MetaMode(StrEnum):
@@ -51,7 +52,10 @@ class MetaLog:
         self.on_topics_changed: Callable[[], None] | None = None
         self._lock = asyncio.Lock()  # one catch-up at a time (the follow loop, a promotion)
         self._snapshot_wanted = False
-        self._wake = asyncio.Event()  # a snapshot became due (a slave's link started): do not wait
+        self._wake = asyncio.Event()  # a snapshot became due (a replica asked for one): do not wait
+        # A replica without a base asks its master for a snapshot record (the broker sends the request).
+        self.request_snapshot: Callable[[], Awaitable[None]] | None = None
+        self._requested_at = -SNAPSHOT_REQUEST_S
 
     # --- writing (WRITER) -------------------------------------------------------------------------
 
@@ -77,11 +81,24 @@ class MetaLog:
             try:
                 if self.mode is not MetaMode.WRITER:
                     await self.catch_up()
+                    await self._ask_for_snapshot()
                 elif self._snapshot_wanted:
                     await self._store_snapshot()
             except Exception:  # never let the follower die
                 log.exception("consumer-metadata upkeep failed; retrying")
                 await asyncio.sleep(1)
+
+    async def _ask_for_snapshot(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if self.based or self.mode is not MetaMode.FOLLOWER or self.request_snapshot is None:
+            return
+        if now - self._requested_at < SNAPSHOT_REQUEST_S:
+            return
+        self._requested_at = now
+        try:
+            await self.request_snapshot()
+        except Exception as exc:  # no master yet, or it is unreachable: asked again in a second
+            log.debug("asking the master for a consumer-metadata snapshot failed: %s", exc)
 
     async def catch_up(self) -> int:
         """Apply every published record from the cursor on; the number applied."""
@@ -147,14 +164,17 @@ class MetaLog:
         self.meta.bump(state_version)
 
     def want_snapshot(self) -> None:
-        """A snapshot record is due: after a takeover, and when a slave starts copying (it may have
-        no base). The writer stores one as soon as it can (``follow_forever``)."""
+        """A snapshot record is due: after a takeover, and when a replica without a base asks for
+        one. The writer stores one as soon as it can (``follow_forever``)."""
         self._snapshot_wanted = True
         self._wake.set()
 
     async def _store_snapshot(self) -> None:
         self._snapshot_wanted = False
-        self._wake = asyncio.Event()  # a snapshot became due (a slave's link started): do not wait
+        self._wake = asyncio.Event()  # a snapshot became due (a replica asked for one): do not wait
+        # A replica without a base asks its master for a snapshot record (the broker sends the request).
+        self.request_snapshot: Callable[[], Awaitable[None]] | None = None
+        self._requested_at = -SNAPSHOT_REQUEST_S
         result = await self.write(self.meta.snapshot())
         if result.status is not PutMessageStatus.PUT_OK:
             self._snapshot_wanted = self.mode is MetaMode.WRITER

@@ -53,6 +53,9 @@ class RequestCode(IntEnum):
     GET_BROKER_MEMBER_GROUP = 901  # broker -> nameserver; not served here (the control plane's frame)
     NOTIFY_MIN_BROKER_ID_CHANGE = 905
     EXCHANGE_BROKER_HA_INFO = 906
+    # Ours: a replica without a base for the consumer-metadata records asks its master for a snapshot
+    # record (brokers/metalog.py).
+    WANT_CONSUMER_META_SNAPSHOT = 10043
 
 
 class ResponseCode(IntEnum):

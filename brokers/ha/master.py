@@ -132,8 +132,6 @@ class MasterConnection:
         if self.request_offset < 0:
             self.request_offset = ack.max_offset
             self._transfer = asyncio.get_running_loop().create_task(self._ship_or_close(), name=f"ha-ship-{self.peer}")
-            if self.server.on_transfer_start is not None:  # the handshake is done (reference §5.3 step 3b)
-                self.server.on_transfer_start(self)
         if not self.async_learner and ack.max_offset >= self.last_master_max and self.last_transfer_ms:
             # §2.2 caught-up tracking
             caught = now_ms() if ack.max_offset >= self.store.max_offset else self.last_transfer_ms
@@ -236,7 +234,6 @@ class HAServer:
         self.timings = timings
         self._on_ack = on_ack
         self.connections: set[MasterConnection] = set()
-        self.on_transfer_start: Callable[[MasterConnection], None] | None = None  # a slave's first ack
         self._tasks: set[asyncio.Task] = set()
         self._server: asyncio.base_events.Server | None = None
 

@@ -71,7 +71,6 @@ class HAService:
         self.proposed_sync_state_set: set[int] | None = None
         self.on_expand: Callable[[int], None] | None = None  # a slave qualifies for the SyncStateSet
         self.on_slave_gone: Callable[[int], None] | None = None  # a SyncStateSet member's link closed
-        self.on_slave_transfer: Callable[[MasterConnection], None] | None = None  # a slave's link starts transferring
         # Slave-acting-master (§5.1): the live members of the group (aliveReplicaNumInGroup).
         self.alive_in_group: Callable[[], int | None] | None = None
 
@@ -103,12 +102,7 @@ class HAService:
 
     async def _serve_slaves(self) -> None:
         self.server = HAServer(self.store, self.epochs, self.timings, self._on_ack)
-        self.server.on_transfer_start = self._slave_transferring
         await self.server.start(self.config.brokerIP1, self.config.haListenPort)
-
-    def _slave_transferring(self, conn: MasterConnection) -> None:
-        if self.on_slave_transfer is not None:
-            self.on_slave_transfer(conn)
 
     async def stop(self) -> None:
         self.store.replicas = None
