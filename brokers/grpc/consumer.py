@@ -3,7 +3,8 @@ ChangeInvisibleDuration, QueryOffset, and the revive loop (brokers/pop.py has th
 
 Who serves (brokers/metalog.py): the master, which writes a record of every change to its log
 before it answers, so an answered ack is on every in-sync replica; a slave acting as master while
-none is alive, from the state it followed; not a plain slave (HA_NOT_AVAILABLE)."""
+none is alive, from the state it followed. A plain slave forwards the call to whichever of the two
+its group has (forward.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ..store.message import Message
 from ..store.store import MessageStore, PutMessageStatus
 from ..topics import PERM_READ, PERM_WRITE, TopicConfig
 from .codes import send_code
+from .forward import Forwarder, NoServingBroker, ServeHere
 
 log = logging.getLogger("brokers.grpc")
 
@@ -64,6 +66,7 @@ class ConsumerSide:
     """Mixed into MessagingService; needs ``self.store``, ``self.config``."""
 
     store: MessageStore
+    forwarder: Forwarder
 
     on_topics_changed: Callable[[], None] | None = None  # the broker re-registers with the nameserver
     # Sees every committed offset change (group, topic, queueId, offset, source): the audit report.
@@ -98,8 +101,16 @@ class ConsumerSide:
             self.meta.groups.add(group)
             await self._record("group", group=group)
 
-    def _not_serving(self) -> pb.Status:
-        return _status(pb.Code.HA_NOT_AVAILABLE, "this broker is a slave: its master serves consumers")
+    async def _forward(self, method: str, request, context, empty):
+        """A slave hands a consumer call to its group's serving broker (forward.py); nobody there
+        in time: INTERNAL_SERVER_ERROR, which the clients retry (``empty``: the response type).
+        None when this broker was elected meanwhile: the caller serves it."""
+        try:
+            return await self.forwarder.unary(method, request, context, lambda: not self.serving)
+        except NoServingBroker as exc:
+            return empty(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+        except ServeHere:
+            return None
 
     # --- receive ----------------------------------------------------------------------------------
 
@@ -113,8 +124,15 @@ class ConsumerSide:
             yield spb.ReceiveMessageResponse(status=_status(pb.Code.TOPIC_NOT_FOUND))
             return
         if not self.serving:
-            yield spb.ReceiveMessageResponse(status=self._not_serving())
-            return
+            try:
+                async for response in self.forwarder.stream("ReceiveMessage", request, context, lambda: not self.serving):
+                    yield response
+                return
+            except NoServingBroker as exc:
+                yield spb.ReceiveMessageResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+                return
+            except ServeHere:
+                pass  # elected meanwhile: served here
         batch = max(1, min(request.batch_size or 32, 1024))
         invisible_ms = _ms(request.invisible_duration) or 30_000
         # Answer before the client's own deadline (request timeout + await duration): keep a margin.
@@ -240,8 +258,8 @@ class ConsumerSide:
 
     async def AckMessage(self, request: spb.AckMessageRequest, context) -> spb.AckMessageResponse:
         """Acks are answered OK only once their record is stored (on every in-sync replica)."""
-        if not self.serving:
-            return spb.AckMessageResponse(status=self._not_serving())
+        if not self.serving and (answer := await self._forward("AckMessage", request, context, spb.AckMessageResponse)):
+            return answer
         codes: list[pb.Status] = []
         by_queue: dict[tuple[str, str, int], list[int]] = defaultdict(list)
         waiting: list[tuple[int, tuple[str, str, int]]] = []
@@ -276,8 +294,12 @@ class ConsumerSide:
         return None
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest, context):
-        if not self.serving:
-            return spb.ChangeInvisibleDurationResponse(status=self._not_serving(), receipt_handle=request.receipt_handle)
+        if not self.serving and (
+            answer := await self._forward("ChangeInvisibleDuration", request, context, spb.ChangeInvisibleDurationResponse)
+        ):
+            if not answer.receipt_handle:  # the clients keep the handle of any answer, even an error's
+                answer.receipt_handle = request.receipt_handle
+            return answer
         handle = ReceiptHandle.decode(request.receipt_handle)
         new = self.pop.change_invisible(handle, _ms(request.invisible_duration)) if handle else None
         if new is None:
@@ -305,6 +327,8 @@ class ConsumerSide:
 
     async def QueryOffset(self, request: spb.QueryOffsetRequest, context) -> spb.QueryOffsetResponse:
         """Min / max offset and search by time (reference §5.5: reads an acting master serves too)."""
+        if not self.serving and (answer := await self._forward("QueryOffset", request, context, spb.QueryOffsetResponse)):
+            return answer
         topic, queue_id = request.message_queue.topic.name, request.message_queue.id
         if topic not in self.topics.topics:
             return spb.QueryOffsetResponse(status=_status(pb.Code.TOPIC_NOT_FOUND))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 
 import grpc
 import httpx
@@ -22,10 +23,11 @@ from ..store.store import MessageStore, PutMessageStatus
 from ..topics import TopicConfigManager
 from .codes import permission, send_code
 from .consumer import ConsumerSide
+from .forward import Forwarder, NoServingBroker, ServeHere
+from .settings import MAX_BODY_SIZE, client_settings
 
 log = logging.getLogger("brokers.grpc")
 
-MAX_BODY_SIZE = 4 * 1024 * 1024  # as RocketMQ's maxMessageSize
 ROUTE_TIMEOUT_S = 3.0
 
 
@@ -36,9 +38,35 @@ def _status(code: int, message: str = "") -> pb.Status:
 _OK = _status(pb.Code.OK)  # copied into each entry that carries it (protobuf messages are never shared)
 
 
-def _endpoints(addr: str) -> pb.Endpoints:
-    host, _, port = addr.rpartition(":")
-    return pb.Endpoints(scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=int(port))])
+def _endpoints(addrs: list[str]) -> pb.Endpoints:
+    out = pb.Endpoints(scheme=pb.AddressScheme.IPv4)
+    for addr in addrs:
+        host, _, port = addr.rpartition(":")
+        out.addresses.add(host=host, port=int(port))
+    return out
+
+
+# Clients whose channel for an Endpoints with several addresses moves to another address when one
+# dies (gRPC pick_first over an ``ipv4:a,b,c`` target). The Node.js client cannot use such a target
+# (it names it without a scheme: "Name resolution failed"), so every other client gets one address.
+MULTI_ADDRESS_CLIENTS = frozenset({"PYTHON", "JAVA"})
+
+
+def client_language(context) -> str:
+    for key, value in (context.invocation_metadata() or ()) if context is not None else ():
+        if key == "x-mq-language":
+            return str(value).upper()
+    return ""
+
+
+def replica_addrs(grpc_addrs: dict[str, str], every_replica: bool) -> list[str]:
+    """A broker set's client endpoints for a route: its master's (or acting master's) first, then,
+    for clients that fail over between addresses, every other live replica (they forward, forward.py);
+    with no master, the live replicas (they hold requests until there is one)."""
+    first = grpc_addrs.get("0")
+    others = [a for i, a in sorted(grpc_addrs.items(), key=lambda kv: int(kv[0])) if i != "0" and a != first]
+    ordered = ([first] if first else []) + others
+    return ordered if every_replica else ordered[:1]
 
 
 class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
@@ -53,19 +81,24 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         self._http = httpx.AsyncClient(
             base_url=config.controlPlaneUrl, timeout=ROUTE_TIMEOUT_S, headers={"Authorization": f"Bearer {config.token}"}
         )
+        self.forwarder = Forwarder(config.brokerName, config.grpc_addr, self._http)
+        # Whether a send goes to the group's master instead (a slave, or a broker without a role yet):
+        # the broker decides (brokers/broker.py); by default nothing is forwarded.
+        self.forwards_sends: Callable[[], bool] = lambda: False
 
     async def close(self) -> None:
+        await self.forwarder.close()
         await self._http.aclose()
 
     # --- routes ----------------------------------------------------------------------------------
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
-        return await self._route(request.topic)
+        return await self._route(request.topic, every_replica=client_language(context) in MULTI_ADDRESS_CLIENTS)
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context) -> spb.QueryAssignmentResponse:
         """Push consumers' queues: every readable queue of the topic's masters (the broker side of
         rebalancing is "all readable queues"; the clients share them among themselves)."""
-        route = await self._route(request.topic)
+        route = await self._route(request.topic, every_replica=client_language(context) in MULTI_ADDRESS_CLIENTS)
         if route.status.code != pb.Code.OK:
             return spb.QueryAssignmentResponse(status=route.status)
         readable = (pb.Permission.READ, pb.Permission.READ_WRITE)
@@ -74,7 +107,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
             assignments=[pb.Assignment(message_queue=q) for q in route.message_queues if q.permission in readable],
         )
 
-    async def _route(self, resource: pb.Resource) -> spb.QueryRouteResponse:
+    async def _route(self, resource: pb.Resource, every_replica: bool = False) -> spb.QueryRouteResponse:
         topic = resource.name
         try:
             r = await self._http.get(f"/api/v1/nameserver/routes/{topic}")
@@ -88,11 +121,11 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         perms = {qd["brokerName"]: qd for qd in route["queueDatas"]}
         queues = []
         for bd in route["brokerDatas"]:
-            grpc_addr = bd.get("brokerGrpcAddrs", {}).get("0")
+            addrs = replica_addrs(bd.get("brokerGrpcAddrs", {}), every_replica)
             qd = perms.get(bd["brokerName"])
-            if grpc_addr is None or qd is None:
-                continue  # no master, or a broker without a client endpoint: nothing to route to
-            broker = pb.Broker(name=bd["brokerName"], id=0, endpoints=_endpoints(grpc_addr))
+            if not addrs or qd is None:
+                continue  # no live replica with a client endpoint: nothing to route to
+            broker = pb.Broker(name=bd["brokerName"], id=0, endpoints=_endpoints(addrs))
             for qid in range(max(qd["readQueueNums"], qd["writeQueueNums"])):
                 perm = qd["perm"]
                 if qid >= qd["writeQueueNums"]:
@@ -116,15 +149,11 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         return spb.HeartbeatResponse(status=_status(pb.Code.OK))
 
     async def Telemetry(self, request_iterator, context):
-        """Settings exchange: every settings command is answered with the settings this broker
-        enforces (its real body size limit) and an OK status."""
+        """Settings exchange: every settings command is answered at once with an OK status and the
+        settings RocketMQ's proxy would answer (settings.py)."""
         async for command in request_iterator:
             if command.HasField("settings"):
-                settings = pb.Settings()
-                settings.CopyFrom(command.settings)
-                if settings.HasField("publishing"):
-                    settings.publishing.max_body_size = MAX_BODY_SIZE
-                settings.metric.on = False
+                settings = client_settings(command.settings, self.config.retryMaxTimes)
                 yield spb.TelemetryCommand(status=_status(pb.Code.OK), settings=settings)
 
     async def NotifyClientTermination(self, request, context) -> spb.NotifyClientTerminationResponse:
@@ -136,6 +165,13 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         """Validate every message (a batch is refused whole on the first bad one, as the proxy does),
         store them in one call, answer one entry per message. Runs once per message sent: field reads
         are hoisted, a batch's topic is checked once, and OK entries share one status."""
+        if self.forwards_sends():
+            try:
+                return await self.forwarder.unary("SendMessage", request, context, self.forwards_sends)
+            except NoServingBroker as exc:
+                return spb.SendMessageResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+            except ServeHere:
+                pass  # elected while the send waited: it is stored here
         if not request.messages:
             return spb.SendMessageResponse(status=_status(pb.Code.BAD_REQUEST, "no message"))
         topics, next_queue = self.topics.topics, self._next_queue

@@ -1,0 +1,131 @@
+"""A replica that does not serve a request forwards it to its group's serving broker (issue 16): the
+master, or the acting master of RIP-32 for what that one serves. Official clients keep a route for
+30 s and send to whichever replica their channel reached; this is how every live replica answers for
+its group without a proxy tier.
+
+The serving broker's client endpoint comes from the group's own route (the nameserver's route of the
+topic named after the broker set, ``brokerGrpcAddrs["0"]``), cached briefly and asked again after a
+failed forward. While there is none (an election in progress) a request waits for one, and gives up
+with a code the official clients retry on at once (INTERNAL_SERVER_ERROR, as RocketMQ's proxy
+answers a broker it cannot reach) before the client's own deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+import httpx
+from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+
+log = logging.getLogger("brokers.grpc")
+
+CACHE_S = 0.5  # a known serving broker is asked for again after this long
+LOOKUP_STEP_S = 0.05  # while there is none, how often to look again
+MARGIN_S = 0.3  # answer this long before the client's deadline
+DEFAULT_DEADLINE_S = 3.0  # a request without a deadline (the clients' default request timeout)
+MAX_WAIT_S = 10.0  # never hold a request longer, whatever the client's deadline
+# One forward attempt waits at most this long: a master that stopped answering (SIGSTOP, a partition)
+# is given up for the one the route names next (the controller elects within its heartbeat timeout).
+ATTEMPT_S = 1.0
+CHANNEL_OPTIONS = [("grpc.enable_retries", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+
+
+class NoServingBroker(Exception):
+    """No serving broker of the group was reachable before the deadline."""
+
+
+class ServeHere(Exception):
+    """This broker became the one that serves (it was elected) while the request waited."""
+
+
+class Forwarder:
+    def __init__(self, broker_name: str, own_grpc_addr: str, http: httpx.AsyncClient):
+        self.broker_name = broker_name
+        self.own = own_grpc_addr
+        self.http = http
+        self._addr: str | None = None
+        self._asked_at = -1.0
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    @staticmethod
+    def deadline(context) -> float:
+        """The monotonic time by which a forwarded answer must be back (the client's deadline less a margin)."""
+        remaining = context.time_remaining() if context is not None else None
+        if remaining is None:
+            remaining = DEFAULT_DEADLINE_S
+        return time.monotonic() + max(0.0, min(MAX_WAIT_S, remaining - MARGIN_S))
+
+    async def _lookup(self) -> str | None:
+        try:
+            r = await self.http.get(f"/api/v1/nameserver/routes/{self.broker_name}", timeout=1.0)
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        for bd in r.json().get("brokerDatas", ()):
+            if bd.get("brokerName") == self.broker_name:
+                addr = bd.get("brokerGrpcAddrs", {}).get("0")
+                return addr if addr and addr != self.own else None
+        return None
+
+    async def target(self, deadline: float, forwarding: Callable[[], bool] = lambda: True) -> str:
+        """The serving broker's client endpoint, waiting for one until ``deadline``; ServeHere as soon
+        as ``forwarding()`` turns false (this broker serves now)."""
+        while True:
+            if not forwarding():
+                raise ServeHere()
+            now = time.monotonic()
+            if self._addr is None or now - self._asked_at > CACHE_S:
+                self._addr, self._asked_at = await self._lookup(), now
+            if self._addr is not None:
+                return self._addr
+            if time.monotonic() + LOOKUP_STEP_S >= deadline:
+                raise NoServingBroker(f"no serving broker of {self.broker_name} is known (an election may be under way)")
+            await asyncio.sleep(LOOKUP_STEP_S)
+
+    def failed(self, addr: str) -> None:
+        if self._addr == addr:
+            self._addr = None
+
+    def stub(self, addr: str) -> rpc.MessagingServiceStub:
+        channel = self._channels.get(addr)
+        if channel is None:
+            channel = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+        return rpc.MessagingServiceStub(channel)
+
+    async def unary(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True):
+        """Forward a unary call; retried on another lookup while the deadline allows. Raises
+        NoServingBroker when nothing answered in time, ServeHere when ``forwarding()`` turns false."""
+        deadline = self.deadline(context)
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            addr = await self.target(deadline, forwarding)
+            try:
+                call = getattr(self.stub(addr), method)
+                return await call(request, timeout=max(0.05, min(ATTEMPT_S, deadline - time.monotonic())))
+            except grpc.aio.AioRpcError as exc:
+                last = exc
+                self.failed(addr)
+                log.info("forwarding %s to %s failed (%s); looking again", method, addr, exc.code().name)
+                await asyncio.sleep(LOOKUP_STEP_S)
+        raise NoServingBroker(f"forwarding {method} failed: {last}" if last else f"forwarding {method} timed out")
+
+    async def stream(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True):
+        """Forward a server-streaming call (ReceiveMessage): the serving broker's answers, as they come."""
+        deadline = self.deadline(context)
+        addr = await self.target(deadline, forwarding)
+        try:
+            async for response in getattr(self.stub(addr), method)(request, timeout=max(0.05, deadline - time.monotonic())):
+                yield response
+        except grpc.aio.AioRpcError as exc:
+            self.failed(addr)
+            raise NoServingBroker(f"forwarding {method} to {addr} failed: {exc.code().name}") from None

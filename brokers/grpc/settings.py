@@ -1,0 +1,54 @@
+"""The settings a broker answers a client's Telemetry settings command with, filled as RocketMQ's
+proxy fills them (``GrpcClientSettingsManager``, ProxyConfig defaults), so that every official client
+finishes its settings sync: the Node.js producer crashes without a backoff policy, the Java producer
+never adopts a route without an exponential one, a push consumer polls with batch size 0 and no long
+polling without the subscription fields. Pure."""
+
+from __future__ import annotations
+
+from google.protobuf.duration_pb2 import Duration
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+MAX_BODY_SIZE = 4 * 1024 * 1024  # as RocketMQ's maxMessageSize
+PRODUCER_MAX_ATTEMPTS = 3
+PRODUCER_BACKOFF = (0.010, 1.0, 2.0)  # initial s, max s, multiplier
+RECEIVE_BATCH_SIZE = 32
+LONG_POLLING_TIMEOUT_S = 20
+# The default group retry policy (CustomizedRetryPolicy): the delay levels from level 3 on.
+CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+CONSUMERS = (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER, pb.ClientType.PULL_CONSUMER)
+
+
+def _duration(seconds: float) -> Duration:
+    whole = int(seconds)
+    return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+
+
+def client_settings(asked: pb.Settings, retry_max_times: int) -> pb.Settings:
+    """The client's settings with what the server decides filled in (``asked`` is not changed)."""
+    settings = pb.Settings()
+    settings.CopyFrom(asked)
+    if settings.client_type == pb.ClientType.PRODUCER or settings.HasField("publishing"):
+        initial, maximum, multiplier = PRODUCER_BACKOFF
+        settings.backoff_policy.CopyFrom(
+            pb.RetryPolicy(
+                max_attempts=PRODUCER_MAX_ATTEMPTS,
+                exponential_backoff=pb.ExponentialBackoff(
+                    initial=_duration(initial), max=_duration(maximum), multiplier=multiplier
+                ),
+            )
+        )
+        settings.publishing.max_body_size = MAX_BODY_SIZE
+        settings.publishing.validate_message_type = True
+    elif settings.client_type in CONSUMERS or settings.HasField("subscription"):
+        settings.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
+        settings.subscription.long_polling_timeout.CopyFrom(_duration(LONG_POLLING_TIMEOUT_S))
+        settings.subscription.fifo = False
+        settings.backoff_policy.CopyFrom(
+            pb.RetryPolicy(
+                max_attempts=retry_max_times + 1,
+                customized_backoff=pb.CustomizedBackoff(next=[_duration(s) for s in CONSUMER_BACKOFF_S]),
+            )
+        )
+    settings.metric.on = False
+    return settings

@@ -1,0 +1,69 @@
+"""What official clients get from a broker besides messages: Telemetry settings as RocketMQ's proxy
+answers them (brokers/grpc/settings.py; every field a client reads is there, with the proxy's
+defaults, and what the client sent is kept), and route endpoints that name every live replica of a
+group for the clients whose channels fail over between addresses (brokers/grpc/service.py)."""
+
+from __future__ import annotations
+
+import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from brokers.grpc.service import MULTI_ADDRESS_CLIENTS, client_language, replica_addrs
+from brokers.grpc.settings import client_settings
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_producer_gets_an_exponential_backoff_the_body_limit_and_its_own_fields_back():
+    asked = pb.Settings(
+        client_type=pb.ClientType.PRODUCER,
+        access_point=pb.Endpoints(scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host="127.0.0.1", port=8081)]),
+        publishing=pb.Publishing(topics=[pb.Resource(name="Orders")]),
+    )
+    got = client_settings(asked, retry_max_times=16)
+    policy = got.backoff_policy
+    assert policy.WhichOneof("strategy") == "exponential_backoff" and policy.max_attempts == 3
+    assert (policy.exponential_backoff.initial.ToMilliseconds(), policy.exponential_backoff.max.ToMilliseconds()) == (10, 1000)
+    assert policy.exponential_backoff.multiplier == 2
+    assert got.publishing.max_body_size == 4 * 1024 * 1024 and got.publishing.validate_message_type
+    assert [t.name for t in got.publishing.topics] == ["Orders"] and got.access_point == asked.access_point
+    assert not asked.HasField("backoff_policy")  # the client's settings are not changed
+
+
+@pytest.mark.parametrize("client_type", [pb.ClientType.SIMPLE_CONSUMER, pb.ClientType.PUSH_CONSUMER])
+def test_a_consumer_gets_batch_size_long_polling_and_the_groups_retry_policy(client_type):
+    asked = pb.Settings(client_type=client_type, subscription=pb.Subscription(group=pb.Resource(name="billing")))
+    got = client_settings(asked, retry_max_times=16)
+    sub = got.subscription
+    assert (sub.group.name, sub.receive_batch_size, sub.long_polling_timeout.seconds, sub.fifo) == ("billing", 32, 20, False)
+    policy = got.backoff_policy
+    assert policy.WhichOneof("strategy") == "customized_backoff" and policy.max_attempts == 17
+    delays = [d.seconds for d in policy.customized_backoff.next]
+    assert delays[:3] == [1, 5, 10] and delays[-1] == 7200 and len(delays) == 18
+
+
+@pytest.mark.parametrize(
+    "addrs, every, want",
+    [
+        ({"0": "h:1", "1": "h:2", "2": "h:3"}, True, ["h:1", "h:2", "h:3"]),
+        ({"0": "h:1", "1": "h:2"}, False, ["h:1"]),  # one address for clients that cannot fail over
+        ({"2": "h:3", "1": "h:2"}, True, ["h:2", "h:3"]),  # no master: the live replicas (they hold requests)
+        ({"10": "h:9", "2": "h:3"}, False, ["h:3"]),  # ids compare as numbers
+        ({}, True, []),
+    ],
+)
+def test_route_endpoints_name_the_master_first_then_every_live_replica(addrs, every, want):
+    assert replica_addrs(addrs, every) == want
+
+
+def test_the_clients_language_comes_from_its_metadata():
+    class Context:
+        def __init__(self, metadata):
+            self.metadata = metadata
+
+        def invocation_metadata(self):
+            return self.metadata
+
+    assert client_language(Context((("x-mq-language", "PYTHON"), ("x-mq-client-id", "c")))) == "PYTHON"
+    assert client_language(Context((("x-mq-language", "HTTP"),))) not in MULTI_ADDRESS_CLIENTS  # the Node.js client
+    assert client_language(Context(())) == "" and client_language(None) == ""
