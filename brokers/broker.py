@@ -16,7 +16,7 @@ from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, Res
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
 from .grpc.service import serve
-from .ha.gate import WritePermission
+from .ha.gate import WritePermission, WriteReason
 from .ha.quorum import BrokerRole
 from .ha.service import HAService
 from .meta import ConsumerMeta
@@ -195,6 +195,7 @@ class Broker:
         self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, self.consumer_meta, self.metalog)
         self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
         self.grpc_service.on_topics_changed = self.nameserver.register_soon
+        self.grpc_service.forwards_sends = self._forwards_sends
         self.grpc_service.on_offset_committed = self.offset_reporter.committed
         self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
         if self.metalog.mode is MetaMode.WRITER:
@@ -254,6 +255,13 @@ class Broker:
             self._taken_over()
         else:
             self.metalog.become_follower()
+
+    def _forwards_sends(self) -> bool:
+        """A slave (or a broker the controller has not given a role yet) hands sends to its master;
+        an acting master does not (its group takes no writes while the master is down), nor does an
+        isolated or pre-online master (an operator's or the broker's own decision)."""
+        reason = self.permission.reason
+        return reason in (WriteReason.SLAVE, WriteReason.FENCED) and self.metalog.mode is not MetaMode.ACTING
 
     async def _snapshot_asked(self, body: dict) -> dict:
         """A replica without a base asks for a snapshot record (only a master writes one)."""
