@@ -17,8 +17,9 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from controlplane.models import ApiToken
 from tests.e2e.test_broker_membership import wait_for
-from tests.e2e.test_failover import group_views
-from tests.e2e.test_replication import Replica, send, stop_all
+from tests.e2e.test_failover import controller_replicas, group_views
+from tests.e2e.test_grpc_crash import receive_until
+from tests.e2e.test_replication import send, stop_all
 from tests.procs import celery_worker_and_beat, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
@@ -30,15 +31,9 @@ def test_kill_9_of_the_master_under_the_official_producer_fails_no_send(tmp_path
     token = ApiToken.issue("cf16-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('cf16-admin', 'admin')[1]}"}
     with uvicorn_server() as base, celery_worker_and_beat():
-        settings = dict(
-            enableControllerMode="true",
-            allAckInSyncStateSet="true",
-            brokerHeartbeatInterval=500,
-            controllerHeartBeatTimeoutMills=3000,
-            checkSyncStateSetPeriod=1000,
-            syncBrokerMetadataPeriod=1000,
+        replicas = controller_replicas(
+            tmp_path, base, token, ("a", "b", "c"), allAckInSyncStateSet="true", controllerHeartBeatTimeoutMills=3000
         )
-        replicas = [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b", "c")]
         info, master_of = group_views(base, admin, replicas)
         access = ";".join(f"127.0.0.1:{r.grpc_port}" for r in replicas)
         try:
@@ -84,13 +79,8 @@ def test_kill_9_of_the_master_under_the_official_producer_fails_no_send(tmp_path
                 ClientConfiguration(access, Credentials()), "cf16", {TOPIC: FilterExpression()}, await_duration=1
             )
             consumer.startup()
-            received: set[str] = set()
             try:
-                deadline = time.monotonic() + 90
-                while not acked <= received and time.monotonic() < deadline:
-                    for m in consumer.receive(32, 30):
-                        received.add(m.message_id)
-                        consumer.ack(m)
+                received = receive_until(consumer, acked, 90)
             finally:
                 consumer.shutdown()
             assert acked <= received, f"{len(acked - received)} acknowledged messages not received"

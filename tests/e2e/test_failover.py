@@ -77,6 +77,11 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
 
 def two_replicas(tmp_path, base: str, token: str, **extra) -> list[Replica]:
     """Two brokers of group-a in controller mode (not started)."""
+    return controller_replicas(tmp_path, base, token, ("a", "b"), **extra)
+
+
+def controller_replicas(tmp_path, base: str, token: str, names: tuple[str, ...], **extra) -> list[Replica]:
+    """Brokers of group-a in controller mode (not started), one per name."""
     settings = dict(
         enableControllerMode="true",
         brokerHeartbeatInterval=500,
@@ -84,7 +89,7 @@ def two_replicas(tmp_path, base: str, token: str, **extra) -> list[Replica]:
         syncBrokerMetadataPeriod=1000,
         **extra,
     )
-    return [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in ("a", "b")]
+    return [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in names]
 
 
 def start_in_sync(replicas: list[Replica], info, master_of) -> tuple[dict, Replica, Replica]:

@@ -93,13 +93,8 @@ def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
 
             consumer = SimpleConsumer(config, "ledger", {"Payments": FilterExpression()}, await_duration=1)
             consumer.startup()
-            received: set[str] = set()
             try:
-                deadline = time.monotonic() + 120
-                while not acked <= received and time.monotonic() < deadline:
-                    for m in consumer.receive(32, 30):
-                        received.add(m.message_id)
-                        consumer.ack(m)
+                received = receive_until(consumer, acked, 120)
             finally:
                 consumer.shutdown()
             missing = acked - received
@@ -112,3 +107,14 @@ def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=30)
+
+
+def receive_until(consumer: SimpleConsumer, wanted: set[str], timeout_s: float) -> set[str]:
+    """Receive and ack until every id in ``wanted`` came (or ``timeout_s`` passed); the ids received."""
+    received: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    while not wanted <= received and time.monotonic() < deadline:
+        for m in consumer.receive(32, 30):
+            received.add(m.message_id)
+            consumer.ack(m)
+    return received
