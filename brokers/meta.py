@@ -14,7 +14,7 @@ Records are JSON objects ``{"kind", "dataVersion", ...}``; each carries its writ
 change, a record whose DataVersion is malformed, a snapshot older than its own state, a change
 record of an older epoch (a deposed master's), or one that names a consumer group it does not know
 (a group record always comes first). ``snapshot`` records replace the whole
-state: a master writes one when it takes over and when a slave's HA link starts transferring, so a
+state: a master writes one when it takes over and when a replica without a base asks for one, so a
 replica that joins late, or whose log was cut, starts from one.
 
 This module decides and holds state; brokers/metalog.py writes and follows the records.
