@@ -237,7 +237,7 @@ class BrokerConsumer(AsyncWebsocketConsumer):
             if handler is None:
                 raise FrameError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"unknown frame type {kind!r}")
             result = await handler(self, payload)
-            await self.send(text_data=json.dumps({"type": f"{kind}_result", "seq": seq, "payload": result}))
+            await self._send_frame({"type": f"{kind}_result", "seq": seq, "payload": result})
         except FrameError as exc:
             await self._send_error(seq, exc.code, exc.detail, exc.fields)
         except ApiError as exc:
@@ -252,7 +252,16 @@ class BrokerConsumer(AsyncWebsocketConsumer):
 
     async def _send_error(self, seq, code: ResponseCode, detail: str, fields=None) -> None:
         body = error_body(code, detail, **({"fields": fields} if fields else {}))
-        await self.send(text_data=json.dumps({"type": "error", "seq": seq, "payload": body}))
+        await self._send_frame({"type": "error", "seq": seq, "payload": body})
+
+    async def _send_frame(self, frame: dict) -> None:
+        """An answer to a broker that is gone (its process died while its frame was handled) is
+        dropped: raising here would end this consumer before the server's disconnect event, and the
+        close hooks (the immediate unregister and election) would never run."""
+        try:
+            await self.send(text_data=json.dumps(frame))
+        except OSError as exc:  # uvicorn's ClientDisconnected
+            log.info("a broker closed its socket before its %s answer (%s)", frame.get("type"), type(exc).__name__)
 
     # --- pushes from the control plane ---------------------------------------------------------
 
