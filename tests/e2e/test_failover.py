@@ -60,6 +60,9 @@ def test_kill_9_of_the_master_fails_over_without_losing_an_acknowledged_message(
             ).json()["waterLevels"]
             roles = {w["brokerId"]: w["role"] for w in levels}
             assert sorted(roles.values()) == ["SLAVE", "SYNC_MASTER"]
+            # The slave first: a master stopped first would have its slave elected, and a new master
+            # records its consumer state (a snapshot record) in its log.
+            stop_all(master, slave)
         finally:
             stop_all(*replicas)
         assert master.log_bytes() == slave.log_bytes()
@@ -174,6 +177,8 @@ def test_a_stopped_master_is_replaced_and_rejoins_as_a_slave_cutting_its_diverge
             before_send = new.log_size()
             assert send(old.grpc_port, 1, first=30_000) == {pb.Code.OK: 1}
             assert new.log_size() > before_send
+            wait_for(lambda: old.log_bytes() == new.log_bytes(), 30, "the forwarded send copied back to the slave")
+            stop_all(old, new)  # the slave first (see the test above)
         finally:
             stop_all(*replicas)
         assert old.log_bytes() == new.log_bytes()
