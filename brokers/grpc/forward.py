@@ -120,12 +120,22 @@ class Forwarder:
         raise NoServingBroker(f"forwarding {method} failed: {last}" if last else f"forwarding {method} timed out")
 
     async def stream(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True):
-        """Forward a server-streaming call (ReceiveMessage): the serving broker's answers, as they come."""
+        """Forward a server-streaming call (ReceiveMessage): the serving broker's answers, as they come.
+        A broker that fails before its first answer (the route still names a dead master) is given
+        up for the next one the route names, while the deadline allows."""
         deadline = self.deadline(context)
-        addr = await self.target(deadline, forwarding)
-        try:
-            async for response in getattr(self.stub(addr), method)(request, timeout=max(0.05, deadline - time.monotonic())):
-                yield response
-        except grpc.aio.AioRpcError as exc:
-            self.failed(addr)
-            raise NoServingBroker(f"forwarding {method} to {addr} failed: {exc.code().name}") from None
+        while True:
+            addr = await self.target(deadline, forwarding)
+            answered = False
+            try:
+                call = getattr(self.stub(addr), method)(request, timeout=max(0.05, deadline - time.monotonic()))
+                async for response in call:
+                    answered = True
+                    yield response
+                return
+            except grpc.aio.AioRpcError as exc:
+                self.failed(addr)
+                if answered or time.monotonic() + LOOKUP_STEP_S >= deadline:
+                    raise NoServingBroker(f"forwarding {method} to {addr} failed: {exc.code().name}") from None
+                log.info("forwarding %s to %s failed (%s); looking again", method, addr, exc.code().name)
+                await asyncio.sleep(LOOKUP_STEP_S)
