@@ -27,7 +27,7 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from .pop import PopState, _nonce, _offset
+from .pop import PopState, wire_nonce, wire_offset
 from .store.offsets import ConsumerOffsets, DataVersion
 from .topics import TopicConfig, TopicConfigManager
 
@@ -154,7 +154,8 @@ class ConsumerMeta:
         # A snapshot replaces everything: it must not be older. A change record is fenced by its
         # writer's epoch (stateVersion): a deposed master's never applies; within an epoch changes
         # commute, and an acting master's own count moves on past its master's late records.
-        if (dv < ours) if kind == SNAPSHOT else (dv.state_version < ours.state_version):
+        stale = (not self._takes(dv)) if kind == SNAPSHOT else dv.state_version < ours.state_version
+        if stale:
             raise MetaRejected(f"stale {kind} record: DataVersion {dv_wire(dv)} is older than this replica's {dv_wire(ours)}")
         dv = max(dv, ours)
         if kind == SNAPSHOT:
@@ -177,8 +178,8 @@ class ConsumerMeta:
         """Validate first, then return the change: a rejected record changes nothing."""
         pop = self.pop
         if kind == "pop":
-            entries = [(_offset(o), _offset(d), _offset(a), _nonce(n)) for o, d, a, n in record["entries"]]
-            skipped = [_offset(o) for o in record.get("skipped", ())]
+            entries = [(wire_offset(o), wire_offset(d), wire_offset(a), wire_nonce(n)) for o, d, a, n in record["entries"]]
+            skipped = [wire_offset(o) for o in record.get("skipped", ())]
 
             def change(g, t, q):
                 pop.apply_pop(g, t, q, entries)
@@ -186,12 +187,13 @@ class ConsumerMeta:
 
             return change
         if kind == "finish":
-            offsets = [_offset(o) for o in record["offsets"]]
+            offsets = [wire_offset(o) for o in record["offsets"]]
             return lambda g, t, q: pop.finish(g, t, q, offsets)
         if kind == "invisible":
-            offset, deadline, nonce = _offset(record["offset"]), _offset(record["deadlineMs"]), _nonce(record["nonce"])
+            offset, deadline = wire_offset(record["offset"]), wire_offset(record["deadlineMs"])
+            nonce = wire_nonce(record["nonce"])
             return lambda g, t, q: pop.apply_invisible(g, t, q, offset, deadline, nonce)
-        offset = _offset(record["offset"])  # reset
+        offset = wire_offset(record["offset"])  # reset
         return lambda g, t, q: pop.queue(g, t, q).reset(offset)
 
     def _apply_topic(self, record: dict, dv: DataVersion) -> bool:
@@ -210,7 +212,7 @@ class ConsumerMeta:
             offsets, committed = {}, {}
             for key, value in snap["offsetTable"].items():
                 group, topic, qid = key.rsplit("@", 2)
-                offsets[key] = committed[(group, topic, int(qid))] = _offset(value)
+                offsets[key] = committed[(group, topic, int(qid))] = wire_offset(value)
             groups = {_valid_name(g, "subscription group") for g in snap["subscriptionGroups"]}
             pop = PopState.from_wire(snap["popTable"], committed)
             topics = [_topic_config(tc) for tc in snap.get("topicConfigTable", {}).values()]
@@ -225,13 +227,17 @@ class ConsumerMeta:
             changed |= self.topics.update(tc)
         return changed
 
+    def _takes(self, snapshot_dv: DataVersion) -> bool:
+        """A whole copy replaces ours iff it is not older (``DataVersion.compare(local, remote) <= 0``)."""
+        return snapshot_dv >= self.data_version
+
     def adopt_if_newer(self, snap: object) -> bool:
         """Pre-online (reference §5.3 step 3c): adopt a peer's state iff ours is not newer
         (``DataVersion.compare(local, remote) <= 0``). Raises MetaRejected for a malformed one."""
         if not isinstance(snap, dict) or snap.get("kind") != SNAPSHOT:
             raise MetaRejected("not a snapshot")
         dv = parse_dv(snap.get("dataVersion"))
-        if self.data_version > dv:
+        if not self._takes(dv):
             log.info(
                 "kept this broker's consumer state: DataVersion %s is newer than the peer's %s",
                 dv_wire(self.data_version),

@@ -102,7 +102,6 @@ class MetaLog:
 
     async def catch_up(self) -> int:
         """Apply every published record from the cursor on; the number applied."""
-        await self.store.settled()  # entries just published (a promotion) are readable
         async with self._lock:
             if self.store.truncations != self._truncations:
                 self._truncations = self.store.truncations
@@ -151,6 +150,7 @@ class MetaLog:
         """Take over: apply everything this replica has and move to a new DataVersion
         (stateVersion = ``state_version``, the master epoch in controller mode). The caller then
         lets writes in; ``want_snapshot`` records the state for the slaves."""
+        await self.store.settled()  # the entries the promotion just published are readable
         await self.catch_up()
         if not self.based:
             if self.cursor:  # records were there, but none was a snapshot this replica could start from
@@ -192,6 +192,7 @@ class MetaLog:
     async def become_acting(self) -> None:
         """A slave acting for its dead master: serve from what it followed; every change moves the
         DataVersion so that the returning master's pre-online takes it back (§5.3)."""
+        await self.store.settled()  # the entries just published (set_follow_max) are readable
         await self.catch_up()
         if self.mode is not MetaMode.ACTING:
             log.info("consumer metadata: %s -> ACTING (serving pops while no master is alive)", self.mode)

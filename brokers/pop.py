@@ -95,21 +95,21 @@ class QueueState:
     @classmethod
     def from_wire(cls, raw: dict) -> QueueState:
         """Raises ValueError/TypeError/KeyError on anything malformed (brokers/meta.py says which record)."""
-        q = cls(_offset(raw["popOffset"]), _offset(raw["ackedBelow"]))
+        q = cls(wire_offset(raw["popOffset"]), wire_offset(raw["ackedBelow"]))
         for o, deadline, attempt, nonce in raw.get("inFlight", ()):
-            q.in_flight[_offset(o)] = InFlight(_offset(deadline), _offset(attempt), _nonce(nonce))
-        q.done = {_offset(o) for o in raw.get("done", ())}
-        q.redeliver = {_offset(o): _offset(a) for o, a in raw.get("redeliver", ())}
+            q.in_flight[wire_offset(o)] = InFlight(wire_offset(deadline), wire_offset(attempt), wire_nonce(nonce))
+        q.done = {wire_offset(o) for o in raw.get("done", ())}
+        q.redeliver = {wire_offset(o): wire_offset(a) for o, a in raw.get("redeliver", ())}
         return q
 
 
-def _offset(value: object) -> int:
+def wire_offset(value: object) -> int:
     if type(value) is not int or not 0 <= value < 2**63:
         raise ValueError(f"{value!r} is not an offset (an integer in [0, 2**63))")
     return value
 
 
-def _nonce(value: object) -> str:
+def wire_nonce(value: object) -> str:
     if not isinstance(value, str) or not 0 < len(value) <= 64:
         raise ValueError(f"{value!r} is not a receipt nonce")
     return value
@@ -162,13 +162,8 @@ class PopState:
             q.in_flight[offset] = InFlight(deadline, attempt, nonce)
             q.pop_offset = max(q.pop_offset, offset + 1)
 
-    def skip(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """A message the subscription filters out counts as consumed."""
-        q = self.queue(group, topic, queue_id)
-        q.pop_offset = max(q.pop_offset, offset + 1)
-        q.finish(offset)
-
     def finish(self, group: str, topic: str, queue_id: int, offsets: list[int]) -> None:
+        """Acked, revived, or filtered out by the subscription (counts as consumed)."""
         q = self.queue(group, topic, queue_id)
         for offset in offsets:
             q.pop_offset = max(q.pop_offset, offset + 1)

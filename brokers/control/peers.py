@@ -50,8 +50,6 @@ class RequestCode(IntEnum):
     """``RequestCode`` numbers (reference §1.11) spoken on the peer channel."""
 
     GET_CONSUMER_META = 43  # RocketMQ's GET_ALL_CONSUMER_OFFSET: pre-online's reverse metadata sync
-    GET_BROKER_MEMBER_GROUP = 901  # broker -> nameserver; not served here (the control plane's frame)
-    NOTIFY_MIN_BROKER_ID_CHANGE = 905
     EXCHANGE_BROKER_HA_INFO = 906
     # Ours: a replica without a base for the consumer-metadata records asks its master for a snapshot
     # record (brokers/metalog.py).

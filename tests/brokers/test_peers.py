@@ -28,6 +28,9 @@ from testkit.ports import free_port
 
 pytestmark = pytest.mark.unit
 
+# RocketMQ codes this broker does not serve on its peer channel: requests that must be refused.
+GET_BROKER_MEMBER_GROUP, NOTIFY_MIN_BROKER_ID_CHANGE = 901, 905
+
 TOKEN = "rmq_group_token"
 HA = RequestCode.EXCHANGE_BROKER_HA_INFO
 
@@ -49,7 +52,7 @@ class Peer:
         self.calls: list[tuple[str, dict]] = []
         self.server.handle(HA, self.exchange)
         self.server.handle(RequestCode.GET_CONSUMER_META, self.fail)
-        self.server.handle(RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE, self.refuse)
+        self.server.handle(NOTIFY_MIN_BROKER_ID_CHANGE, self.refuse)
         self.server.handle(1, self.slow)
 
     @property
@@ -155,7 +158,7 @@ def test_the_server_takes_its_address_and_peer_token_from_the_broker_config():
             HA, "rmq_wrong", ResponseCode.NO_PERMISSION, "wrong peer token", [], id="wrong token: 16, handler not called"
         ),
         pytest.param(HA, "", ResponseCode.NO_PERMISSION, "wrong peer token", [], id="empty token: 16"),
-        pytest.param(RequestCode.GET_BROKER_MEMBER_GROUP, TOKEN, 3, "request code 901 not supported", [], id="unknown code: 3"),
+        pytest.param(GET_BROKER_MEMBER_GROUP, TOKEN, 3, "request code 901 not supported", [], id="unknown code: 3"),
         pytest.param(
             RequestCode.GET_CONSUMER_META,
             TOKEN,
@@ -165,7 +168,7 @@ def test_the_server_takes_its_address_and_peer_token_from_the_broker_config():
             id="handler exception: 1 with its message",
         ),
         pytest.param(
-            RequestCode.NOTIFY_MIN_BROKER_ID_CHANGE,
+            NOTIFY_MIN_BROKER_ID_CHANGE,
             TOKEN,
             ResponseCode.SYSTEM_BUSY,
             "pre-online in progress",

@@ -22,7 +22,7 @@ def test_acks_advance_the_committed_offset_only_over_contiguous_offsets():
     assert state.ack(handles[1]) and state.committed() == {("g", "T", 0): 10}
     assert state.ack(handles[0]) and state.committed() == {("g", "T", 0): 12}
     assert not state.ack(handles[0])  # twice: the delivery is gone
-    state.skip("g", "T", 0, 13)  # filtered out: consumed without delivery
+    state.finish("g", "T", 0, [13])  # filtered out: consumed without delivery
     assert state.ack(handles[2]) and state.committed() == {("g", "T", 0): 14}
 
 
