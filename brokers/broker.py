@@ -147,7 +147,7 @@ class Broker:
         # Consumer metadata that replicates with the log (brokers/meta.py): the master writes it,
         # every other replica follows it.
         self.consumer_meta = ConsumerMeta(root / "config" / "consumerOffset.json", self.topics)
-        self.metalog = MetaLog(self.store, self.consumer_meta)
+        self.metalog = MetaLog(self.store, self.consumer_meta, config.popReviveAfterTakeoverMillis)
         self.metalog.on_topics_changed = self.nameserver.register_soon
         self.topics.on_changed = self._topic_changed
         if self.replicas is not None:
@@ -249,7 +249,10 @@ class Broker:
 
     async def _on_role(self, master: bool, epoch: int) -> None:
         """Controller mode: a new master applies all it followed, then records a snapshot at the new
-        epoch (once sends are let in); a slave follows its master's records."""
+        epoch (once sends are let in); a slave follows its master's records. Requests forwarded to
+        the old master are given up for the new one (a frozen master never answers them)."""
+        if self.grpc_service is not None:
+            self.grpc_service.forwarder.master_changed()
         if master:
             await self.metalog.become_writer(state_version=epoch)
             self._taken_over()

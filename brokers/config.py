@@ -57,6 +57,11 @@ class BrokerConfig:
     # Delivery attempts before a message goes to its group's DLQ: the subscription-group setting of
     # that name, applied to every group (this broker keeps no per-group subscription configs).
     retryMaxTimes: int = 16
+    # Ours: after a takeover (a new master, or an acting master), a message its old master had handed
+    # out and that is not acked within this long is delivered again, whatever its invisible time: the
+    # old master may have recorded a receive whose answer never reached the client. 0: keep each
+    # message's own invisible time (RocketMQ's behaviour).
+    popReviveAfterTakeoverMillis: int = 5000
     # Replication (reference §2.7, §4): the role in classic master/slave mode, the HA link, quorum write.
     brokerRole: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
     haMasterAddress: str = ""  # a slave's master HA address; empty: the one the nameserver reports
@@ -271,6 +276,7 @@ def _check(c: BrokerConfig) -> list[str]:
     for key, (refused, why) in _UNSUPPORTED_VALUES.items():
         if getattr(c, key) == refused:
             problems.append(f"{key}: {_conf_text(refused)} is not supported yet ({why}); set {_conf_text(_FIELDS[key].default)}")
-    if c.flushCommitLogLeastPages < 0:
-        problems.append("flushCommitLogLeastPages: must be >= 0")
+    for key in ("flushCommitLogLeastPages", "popReviveAfterTakeoverMillis"):
+        if getattr(c, key) < 0:
+            problems.append(f"{key}: must be >= 0")
     return problems

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
 from .meta import META_TOPIC, SNAPSHOT, ConsumerMeta, MetaRejected
+from .pop import now_ms
 from .store.message import Message
 from .store.results import PutResult
 from .store.store import MessageStore, PutMessageStatus
@@ -40,9 +41,11 @@ class MetaMode(StrEnum):
 
 
 class MetaLog:
-    def __init__(self, store: MessageStore, meta: ConsumerMeta):
+    def __init__(self, store: MessageStore, meta: ConsumerMeta, revive_after_takeover_ms: int = 0):
         self.store = store
         self.meta = meta
+        # popReviveAfterTakeoverMillis: what the old master handed out is due again this soon (0: never sooner)
+        self.revive_after_takeover_ms = revive_after_takeover_ms
         self.mode = MetaMode.FOLLOWER
         self.cursor = meta.cursor or 0  # the next record's queue offset
         self.based = meta.cursor is not None  # else: wait for a snapshot record
@@ -158,10 +161,20 @@ class MetaLog:
             self.based = True
         if self.mode is not MetaMode.WRITER:
             log.info("consumer metadata: %s -> WRITER (%d records applied, %d refused)", self.mode, self.applied, self.rejected)
+            self._revive_soon()
         self.mode = MetaMode.WRITER
         if state_version is not None:
             self.meta.offsets.state_version = state_version
         self.meta.bump(state_version)
+
+    def _revive_soon(self) -> None:
+        """Taking over: a receive the old master recorded may have lost its answer on the way to the
+        client, so nothing it handed out stays invisible longer than popReviveAfterTakeoverMillis (a
+        writer's next snapshot record carries the new deadlines to its slaves)."""
+        if self.revive_after_takeover_ms > 0:
+            moved = self.meta.pop.cap_deadlines(now_ms() + self.revive_after_takeover_ms)
+            if moved:
+                log.info("%d messages in flight at the takeover are due again within %d ms", moved, self.revive_after_takeover_ms)
 
     def want_snapshot(self) -> None:
         """A snapshot record is due: after a takeover, and when a replica without a base asks for
@@ -196,5 +209,6 @@ class MetaLog:
         await self.catch_up()
         if self.mode is not MetaMode.ACTING:
             log.info("consumer metadata: %s -> ACTING (serving pops while no master is alive)", self.mode)
+            self._revive_soon()
         self.mode = MetaMode.ACTING
         self.meta.bump()

@@ -197,6 +197,18 @@ class PopState:
         if flight is not None:
             flight.deadline_ms, flight.nonce = deadline_ms, nonce
 
+    def cap_deadlines(self, deadline_ms: int) -> int:
+        """Every delivery in flight becomes visible again by ``deadline_ms`` at the latest (a new
+        master's takeover: an answer the old master had recorded may never have reached its client);
+        its receipt handle still acks it until then. Returns how many were brought forward."""
+        moved = 0
+        for q in self.queues.values():
+            for flight in q.in_flight.values():
+                if flight.deadline_ms > deadline_ms:
+                    flight.deadline_ms = deadline_ms
+                    moved += 1
+        return moved
+
     def revive_in_place(self, group: str, topic: str, queue_id: int, offset: int, attempt: int) -> None:
         """An acting master's revive: the expired message is delivered again from its own queue."""
         q = self.queue(group, topic, queue_id)

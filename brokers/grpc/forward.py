@@ -8,6 +8,13 @@ topic named after the broker set, ``brokerGrpcAddrs["0"]``), cached briefly and 
 failed forward. While there is none (an election in progress) a request waits for one, and gives up
 with a code the official clients retry on at once (INTERNAL_SERVER_ERROR, as RocketMQ's proxy
 answers a broker it cannot reach) before the client's own deadline.
+
+A forward to a master that stopped answering without closing its connections (SIGSTOP, a stalled VM)
+is given up as soon as another master is known: when this broker is told of a role change
+(``master_changed``, the controller's push), or when the route, asked again while the call waits,
+names another serving broker. The call given up may still be carried out by the old master if it
+resumes; a deposed master cannot have it acknowledged (its slaves follow the new master), and the
+client gets the new master's answer.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import grpc
 import httpx
@@ -29,7 +36,10 @@ MARGIN_S = 0.3  # answer this long before the client's deadline
 DEFAULT_DEADLINE_S = 3.0  # a request without a deadline (the clients' default request timeout)
 MAX_WAIT_S = 10.0  # never hold a request longer, whatever the client's deadline
 # One forward attempt waits at most this long: a master that stopped answering (SIGSTOP, a partition)
-# is given up for the one the route names next (the controller elects within its heartbeat timeout).
+# is asked again (or given up for a new master, as soon as one is known) until the client's deadline.
+# Answering earlier would not help the client: its retry goes to the next queue, which may be the
+# frozen master's own (see service.queue_addrs); held here, the request is served by the new master
+# as soon as the controller elects one (within its heartbeat timeout).
 ATTEMPT_S = 1.0
 CHANNEL_OPTIONS = [("grpc.enable_retries", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
@@ -42,6 +52,10 @@ class ServeHere(Exception):
     """This broker became the one that serves (it was elected) while the request waited."""
 
 
+class Superseded(Exception):
+    """Another master became known while a forward waited on this one."""
+
+
 class Forwarder:
     def __init__(self, broker_name: str, own_grpc_addr: str, http: httpx.AsyncClient):
         self.broker_name = broker_name
@@ -50,6 +64,7 @@ class Forwarder:
         self._addr: str | None = None
         self._asked_at = -1.0
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._changed = asyncio.Event()  # set (and replaced) when this broker is told of a new master
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -96,6 +111,44 @@ class Forwarder:
         if self._addr == addr:
             self._addr = None
 
+    def master_changed(self) -> None:
+        """The group has a new master (this broker was told its role): forget the one known and give
+        up the calls waiting on it."""
+        self._addr = None
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _superseded(self, addr: str) -> None:
+        """Returns once a master other than ``addr`` is known; never while ``addr`` stays the one. The
+        route is asked at most once per CACHE_S, however many calls wait (long polls do)."""
+        changed = self._changed
+        while True:
+            try:
+                await asyncio.wait_for(changed.wait(), CACHE_S)
+                return
+            except TimeoutError:
+                pass
+            if time.monotonic() - self._asked_at > CACHE_S:
+                self._asked_at = time.monotonic()
+                self._addr = await self._lookup()
+            if self._addr is not None and self._addr != addr:
+                return
+
+    async def _unless_superseded(self, addr: str, call, answer: Awaitable):
+        """``answer`` (of the gRPC ``call`` to ``addr``), or Superseded if another master became known
+        first: then the call is cancelled."""
+        attempt = asyncio.ensure_future(answer)
+        watch = asyncio.ensure_future(self._superseded(addr))
+        try:
+            done, _ = await asyncio.wait((attempt, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+        if attempt in done:
+            return attempt.result()
+        attempt.cancel()
+        call.cancel()
+        raise Superseded(addr)
+
     def stub(self, addr: str) -> rpc.MessagingServiceStub:
         channel = self._channels.get(addr)
         if channel is None:
@@ -110,8 +163,11 @@ class Forwarder:
         while time.monotonic() < deadline:
             addr = await self.target(deadline, forwarding)
             try:
-                call = getattr(self.stub(addr), method)
-                return await call(request, timeout=max(0.05, min(ATTEMPT_S, deadline - time.monotonic())))
+                timeout = max(0.05, min(ATTEMPT_S, deadline - time.monotonic()))
+                call = getattr(self.stub(addr), method)(request, timeout=timeout)
+                return await self._unless_superseded(addr, call, call)
+            except Superseded:
+                log.info("forwarding %s: %s was superseded by a new master; forwarding there", method, addr)
             except grpc.aio.AioRpcError as exc:
                 last = exc
                 self.failed(addr)
@@ -129,10 +185,14 @@ class Forwarder:
             answered = False
             try:
                 call = getattr(self.stub(addr), method)(request, timeout=max(0.05, deadline - time.monotonic()))
-                async for response in call:
+                response = await self._unless_superseded(addr, call, call.read())
+                while response is not grpc.aio.EOF:
                     answered = True
                     yield response
+                    response = await call.read()
                 return
+            except Superseded:
+                log.info("forwarding %s: %s was superseded by a new master; forwarding there", method, addr)
             except grpc.aio.AioRpcError as exc:
                 self.failed(addr)
                 if answered or time.monotonic() + LOOKUP_STEP_S >= deadline:

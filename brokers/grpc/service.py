@@ -50,6 +50,14 @@ def _endpoints(addrs: list[str]) -> pb.Endpoints:
 # dies (gRPC pick_first over an ``ipv4:a,b,c`` target). The Node.js client cannot use such a target
 # (it names it without a scheme: "Name resolution failed"), so every other client gets one address.
 MULTI_ADDRESS_CLIENTS = frozenset({"PYTHON", "JAVA"})
+# The Python client retries a send on the next queue of its route, and a channel of its stays where
+# gRPC's pick_first put it: on the first address that answered, until that connection breaks. It has
+# no keepalive, so a master that is frozen (SIGSTOP, a stalled VM) keeps its connections open and every
+# request on them waits for its deadline; and a channel that moved to a slave when a master died stays
+# on that slave when it becomes master in turn. So its queues each name one replica, the master and
+# the slaves in turn: a retry always goes to another replica, which forwards (forward.py) to the
+# master, or holds the request until there is one.
+ONE_REPLICA_PER_QUEUE_CLIENTS = frozenset({"PYTHON"})
 
 
 def client_language(context) -> str:
@@ -59,14 +67,29 @@ def client_language(context) -> str:
     return ""
 
 
-def replica_addrs(grpc_addrs: dict[str, str], every_replica: bool) -> list[str]:
-    """A broker set's client endpoints for a route: its master's (or acting master's) first, then,
-    for clients that fail over between addresses, every other live replica (they forward, forward.py);
-    with no master, the live replicas (they hold requests until there is one)."""
+def replica_addrs(grpc_addrs: dict[str, str]) -> list[str]:
+    """A broker set's live client endpoints: its master's (or acting master's) first, then every
+    other live replica by broker id (they forward, forward.py); with no master, the live replicas
+    (they hold requests until there is one)."""
     first = grpc_addrs.get("0")
     others = [a for i, a in sorted(grpc_addrs.items(), key=lambda kv: int(kv[0])) if i != "0" and a != first]
-    ordered = ([first] if first else []) + others
-    return ordered if every_replica else ordered[:1]
+    return ([first] if first else []) + others
+
+
+def queue_addrs(replicas: list[str], qid: int, language: str) -> list[str]:
+    """The addresses one queue's Endpoints names for a client (``replicas`` from replica_addrs).
+
+    - clients that cannot fail over between addresses (the Node.js client): the master's;
+    - the Java client (it connects in the order given, retries on the same queue, and its keepalive
+      finds a frozen peer): every replica, the master first;
+    - the Python client: one replica per queue, even queues the master, odd queues the slaves in turn
+      (half the sends go straight to the master; a send and its retry never go to the same replica)."""
+    if language not in MULTI_ADDRESS_CLIENTS:
+        return replicas[:1]
+    if language not in ONE_REPLICA_PER_QUEUE_CLIENTS or len(replicas) < 2:
+        return replicas
+    slaves = replicas[1:]
+    return [replicas[0] if qid % 2 == 0 else slaves[(qid // 2) % len(slaves)]]
 
 
 class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
@@ -93,12 +116,12 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
     # --- routes ----------------------------------------------------------------------------------
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
-        return await self._route(request.topic, every_replica=client_language(context) in MULTI_ADDRESS_CLIENTS)
+        return await self._route(request.topic, client_language(context))
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context) -> spb.QueryAssignmentResponse:
         """Push consumers' queues: every readable queue of the topic's masters (the broker side of
         rebalancing is "all readable queues"; the clients share them among themselves)."""
-        route = await self._route(request.topic, every_replica=client_language(context) in MULTI_ADDRESS_CLIENTS)
+        route = await self._route(request.topic, client_language(context))
         if route.status.code != pb.Code.OK:
             return spb.QueryAssignmentResponse(status=route.status)
         readable = (pb.Permission.READ, pb.Permission.READ_WRITE)
@@ -107,7 +130,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
             assignments=[pb.Assignment(message_queue=q) for q in route.message_queues if q.permission in readable],
         )
 
-    async def _route(self, resource: pb.Resource, every_replica: bool = False) -> spb.QueryRouteResponse:
+    async def _route(self, resource: pb.Resource, language: str = "") -> spb.QueryRouteResponse:
         topic = resource.name
         try:
             r = await self._http.get(f"/api/v1/nameserver/routes/{topic}")
@@ -121,17 +144,21 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         perms = {qd["brokerName"]: qd for qd in route["queueDatas"]}
         queues = []
         for bd in route["brokerDatas"]:
-            addrs = replica_addrs(bd.get("brokerGrpcAddrs", {}), every_replica)
+            replicas = replica_addrs(bd.get("brokerGrpcAddrs", {}))
             qd = perms.get(bd["brokerName"])
-            if not addrs or qd is None:
+            if not replicas or qd is None:
                 continue  # no live replica with a client endpoint: nothing to route to
-            broker = pb.Broker(name=bd["brokerName"], id=0, endpoints=_endpoints(addrs))
+            brokers: dict[tuple[str, ...], pb.Broker] = {}
             for qid in range(max(qd["readQueueNums"], qd["writeQueueNums"])):
                 perm = qd["perm"]
                 if qid >= qd["writeQueueNums"]:
                     perm &= ~2
                 if qid >= qd["readQueueNums"]:
                     perm &= ~4
+                addrs = tuple(queue_addrs(replicas, qid, language))
+                broker = brokers.get(addrs)
+                if broker is None:
+                    broker = brokers[addrs] = pb.Broker(name=bd["brokerName"], id=0, endpoints=_endpoints(list(addrs)))
                 queues.append(
                     pb.MessageQueue(
                         topic=resource,

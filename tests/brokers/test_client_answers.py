@@ -1,14 +1,15 @@
 """What official clients get from a broker besides messages: Telemetry settings as RocketMQ's proxy
 answers them (brokers/grpc/settings.py; every field a client reads is there, with the proxy's
-defaults, and what the client sent is kept), and route endpoints that name every live replica of a
-group for the clients whose channels fail over between addresses (brokers/grpc/service.py)."""
+defaults, and what the client sent is kept), and route endpoints that name the live replicas of a
+group for the clients whose channels fail over between addresses, or one replica per queue for the
+client that retries on the next queue (brokers/grpc/service.py)."""
 
 from __future__ import annotations
 
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from brokers.grpc.service import MULTI_ADDRESS_CLIENTS, client_language, replica_addrs
+from brokers.grpc.service import MULTI_ADDRESS_CLIENTS, client_language, queue_addrs, replica_addrs
 from brokers.grpc.settings import client_settings
 
 pytestmark = pytest.mark.unit
@@ -43,17 +44,43 @@ def test_a_consumer_gets_batch_size_long_polling_and_the_groups_retry_policy(cli
 
 
 @pytest.mark.parametrize(
-    "addrs, every, want",
+    "addrs, want",
     [
-        ({"0": "h:1", "1": "h:2", "2": "h:3"}, True, ["h:1", "h:2", "h:3"]),
-        ({"0": "h:1", "1": "h:2"}, False, ["h:1"]),  # one address for clients that cannot fail over
-        ({"2": "h:3", "1": "h:2"}, True, ["h:2", "h:3"]),  # no master: the live replicas (they hold requests)
-        ({"10": "h:9", "2": "h:3"}, False, ["h:3"]),  # ids compare as numbers
-        ({}, True, []),
+        ({"0": "h:1", "1": "h:2", "2": "h:3"}, ["h:1", "h:2", "h:3"]),
+        ({"2": "h:3", "1": "h:2"}, ["h:2", "h:3"]),  # no master: the live replicas (they hold requests)
+        ({"10": "h:9", "2": "h:3", "0": "h:5"}, ["h:5", "h:3", "h:9"]),  # ids compare as numbers
+        ({}, []),
     ],
 )
-def test_route_endpoints_name_the_master_first_then_every_live_replica(addrs, every, want):
-    assert replica_addrs(addrs, every) == want
+def test_route_endpoints_name_the_master_first_then_every_live_replica(addrs, want):
+    assert replica_addrs(addrs) == want
+
+
+@pytest.mark.parametrize(
+    "language, replicas, want",
+    [
+        # one address for clients that cannot fail over (the Node.js client), every queue
+        ("HTTP", ["h:5", "h:3", "h:9"], [["h:5"]] * 4),
+        # Java connects in the order given: every queue names the master first, then every replica
+        ("JAVA", ["h:5", "h:3", "h:9"], [["h:5", "h:3", "h:9"]] * 4),
+        # Python: one replica per queue, even queues the master, odd ones the slaves in turn
+        ("PYTHON", ["h:5", "h:3", "h:9"], [["h:5"], ["h:3"], ["h:5"], ["h:9"]]),
+        ("PYTHON", ["h:1", "h:2"], [["h:1"], ["h:2"], ["h:1"], ["h:2"]]),
+        ("PYTHON", ["h:1"], [["h:1"]] * 4),  # a lone replica serves every queue
+    ],
+)
+def test_each_queue_names_the_addresses_its_client_connects_to(language, replicas, want):
+    assert [queue_addrs(replicas, qid, language) for qid in range(4)] == want
+
+
+@pytest.mark.parametrize("queues", [1, 2, 4, 8, 16])
+def test_a_python_producer_retrying_on_the_next_queue_reaches_another_replica(queues):
+    replicas = ["h:5", "h:3", "h:9"]
+    at = [queue_addrs(replicas, qid, "PYTHON")[0] for qid in range(queues)]
+    if queues > 1:
+        for qid in range(queues):  # a send and its retry go to two queues in a row (round robin)
+            assert at[qid] != at[(qid + 1) % queues]
+    assert at.count("h:5") == (queues + 1) // 2  # half of them straight to the master
 
 
 def test_the_clients_language_comes_from_its_metadata():

@@ -102,6 +102,7 @@ def test_the_peer_token_falls_back_to_the_control_plane_token_file(tmp_path):
         ({"controlPlaneToken": ""}, "controlPlaneToken: required"),
         ({"mappedFileSizeCommitLog": "100"}, "mappedFileSizeCommitLog: must be at least 4096"),
         ({"flushCommitLogLeastPages": "-1"}, "flushCommitLogLeastPages: must be >= 0"),
+        ({"popReviveAfterTakeoverMillis": "-1"}, "popReviveAfterTakeoverMillis: must be >= 0"),
         ({"flushCommitLogThoroughInterval": "0"}, "flushCommitLogThoroughInterval: must be > 0"),
         ({"syncBrokerMemberGroupPeriod": "0"}, "syncBrokerMemberGroupPeriod: must be > 0"),
         ({"sendHeartbeatTimeoutMillis": "-5"}, "sendHeartbeatTimeoutMillis: must be > 0"),

@@ -43,5 +43,17 @@ def test_expired_deliveries_are_reported_with_their_attempt():
     assert state.expired() == [("g", "T", 1, 5, 3)]
 
 
+def test_a_takeover_brings_every_later_deadline_forward_and_keeps_the_handles():
+    state = PopState()
+    soon, late = state.pop("g", "T", 0, [1], [1], 2_000)[0], state.pop("g", "T", 0, [2], [2], 60_000)[0]
+    other = state.pop("g2", "T", 3, [7], [1], 90_000)[0]
+    cap = int(time.time() * 1000) + 5_000
+    assert state.cap_deadlines(cap) == 2  # the 2 s delivery is due before the cap: left alone
+    flights = state.queue("g", "T", 0).in_flight
+    assert flights[1].deadline_ms < cap and flights[2].deadline_ms == cap
+    assert state.queue("g2", "T", 3).in_flight[7].deadline_ms == cap and flights[2].attempt == 2
+    assert state.ack(late) and state.ack(other) and state.ack(soon)  # the old receipt handles still ack
+
+
 def test_retry_and_dlq_topic_names_follow_rocketmq():
     assert retry_topic("billing", "Orders") == "%RETRY%billing_Orders" and dlq_topic("billing") == "%DLQ%billing"

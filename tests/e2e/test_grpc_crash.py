@@ -118,3 +118,14 @@ def receive_until(consumer: SimpleConsumer, wanted: set[str], timeout_s: float) 
             received.add(m.message_id)
             consumer.ack(m)
     return received
+
+
+def received_by_a_new_consumer(access: str, group: str, topic: str, wanted: set[str], timeout_s: float) -> set[str]:
+    """An official SimpleConsumer of ``group`` (long polling 1 s) receives and acks until every id
+    in ``wanted`` came or ``timeout_s`` passed; the ids received."""
+    consumer = SimpleConsumer(ClientConfiguration(access, Credentials()), group, {topic: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    try:
+        return receive_until(consumer, wanted, timeout_s)
+    finally:
+        consumer.shutdown()
