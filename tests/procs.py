@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import dj_database_url
+import httpx
 from django.conf import settings
 from django.db import connection
 
@@ -57,3 +58,11 @@ def celery_worker_and_beat() -> Iterator[tuple[Process, Process]]:
         yield cp.worker, cp.beat
     finally:
         cp.stop()
+
+
+def create_topic(base: str, admin: dict[str, str], topic: str, queues: int, **where: object) -> None:
+    """Creates ``topic`` with ``queues`` read and write queues over the control plane's REST API
+    (``admin``: an admin token's headers), on ``clusterName=...`` or ``brokerNames=[...]``."""
+    json = {"topicName": topic, **where, "readQueueNums": queues, "writeQueueNums": queues}
+    r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5, json=json)
+    assert r.status_code == 200, r.text

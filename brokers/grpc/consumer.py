@@ -25,6 +25,7 @@ from ..pop import PopState, ReceiptHandle, dlq_topic, retry_topic
 from ..store.message import Message
 from ..store.store import MessageStore, PutMessageStatus
 from ..topics import PERM_READ, PERM_WRITE, TopicConfig
+from .clients import client_language
 from .codes import send_code
 from .forward import Forwarder, NoServingBroker, ServeHere
 
@@ -140,9 +141,13 @@ class ConsumerSide:
         try:
             await self._ensure_group(group)
             while True:
-                found = await self._pop_from(group, retry_topic(group, topic), 0, batch, invisible_ms, matches)
-                if len(found) < batch:
-                    found += await self._pop_from(group, topic, queue_id, batch - len(found), invisible_ms, matches)
+                popped = await self._pop_from(group, retry_topic(group, topic), 0, batch, invisible_ms, matches)
+                found = [(msg, handle, attempt, queue_id) for msg, handle, attempt in popped]
+                for qid in self._receive_order(topic, queue_id, bool(client_language(context))):
+                    if len(found) >= batch:
+                        break
+                    popped = await self._pop_from(group, topic, qid, batch - len(found), invisible_ms, matches)
+                    found += [(msg, handle, attempt, qid) for msg, handle, attempt in popped]
                 if found or asyncio.get_running_loop().time() >= deadline or not self.serving:
                     break
                 await asyncio.sleep(POLL_STEP_S)
@@ -155,8 +160,22 @@ class ConsumerSide:
             yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
             return
         yield spb.ReceiveMessageResponse(status=_status(pb.Code.OK))
-        for msg, handle, attempt in found:
-            yield spb.ReceiveMessageResponse(message=self._client_message(msg, handle, attempt, invisible_ms, queue_id))
+        for msg, handle, attempt, qid in found:
+            yield spb.ReceiveMessageResponse(message=self._client_message(msg, handle, attempt, invisible_ms, qid))
+
+    def _receive_order(self, topic: str, queue_id: int, every_queue: bool) -> list[int]:
+        """The queues a receive pops from. RocketMQ's proxy pops every queue of the broker (queue id
+        -1) whatever the request names; for an official client (``every_queue``: it names its
+        language) that is the queue named first, then, while the batch is not full, the topic's other
+        readable queues after it, so a client that asks each queue in turn (Python) still finds its
+        own first and one that only asks queue 0 (the Node.js SimpleConsumer) reads the whole topic.
+        A request that names no language (a tool reading one queue, as bench/ and chaos/ do) pops
+        the queue named."""
+        config = self.topics.topics.get(topic)
+        readable = config.readQueueNums if config is not None else 0
+        if not every_queue or not 0 <= queue_id < readable:
+            return [queue_id]
+        return [(queue_id + i) % readable for i in range(readable)]
 
     async def _pop_from(self, group, topic, queue_id, count, invisible_ms, matches):
         async with self._locks[(group, topic, queue_id)]:

@@ -37,9 +37,10 @@ DEFAULT_DEADLINE_S = 3.0  # a request without a deadline (the clients' default r
 MAX_WAIT_S = 10.0  # never hold a request longer, whatever the client's deadline
 # One forward attempt waits at most this long: a master that stopped answering (SIGSTOP, a partition)
 # is asked again (or given up for a new master, as soon as one is known) until the client's deadline.
-# Answering earlier would not help the client: its retry goes to the next queue, which may be the
-# frozen master's own (see service.queue_addrs); held here, the request is served by the new master
-# as soon as the controller elects one (within its heartbeat timeout).
+# The client is not answered earlier: its retry would wait for the same election on another slave
+# (see service.queue_addrs), and early answers spend its three attempts before there is a new master;
+# held here, the request is served by the new master as soon as the controller elects one (within its
+# heartbeat timeout).
 ATTEMPT_S = 1.0
 CHANNEL_OPTIONS = [("grpc.enable_retries", 0), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 

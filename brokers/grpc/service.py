@@ -21,6 +21,7 @@ from ..metalog import MetaLog
 from ..store.message import Message
 from ..store.store import MessageStore, PutMessageStatus
 from ..topics import TopicConfigManager
+from .clients import MULTI_ADDRESS_CLIENTS, ONE_REPLICA_PER_QUEUE_CLIENTS, client_language
 from .codes import permission, send_code
 from .consumer import ConsumerSide
 from .forward import Forwarder, NoServingBroker, ServeHere
@@ -46,27 +47,6 @@ def _endpoints(addrs: list[str]) -> pb.Endpoints:
     return out
 
 
-# Clients whose channel for an Endpoints with several addresses moves to another address when one
-# dies (gRPC pick_first over an ``ipv4:a,b,c`` target). The Node.js client cannot use such a target
-# (it names it without a scheme: "Name resolution failed"), so every other client gets one address.
-MULTI_ADDRESS_CLIENTS = frozenset({"PYTHON", "JAVA"})
-# The Python client retries a send on the next queue of its route, and a channel of its stays where
-# gRPC's pick_first put it: on the first address that answered, until that connection breaks. It has
-# no keepalive, so a master that is frozen (SIGSTOP, a stalled VM) keeps its connections open and every
-# request on them waits for its deadline; and a channel that moved to a slave when a master died stays
-# on that slave when it becomes master in turn. So its queues each name one replica, the master and
-# the slaves in turn: a retry always goes to another replica, which forwards (forward.py) to the
-# master, or holds the request until there is one.
-ONE_REPLICA_PER_QUEUE_CLIENTS = frozenset({"PYTHON"})
-
-
-def client_language(context) -> str:
-    for key, value in (context.invocation_metadata() or ()) if context is not None else ():
-        if key == "x-mq-language":
-            return str(value).upper()
-    return ""
-
-
 def replica_addrs(grpc_addrs: dict[str, str]) -> list[str]:
     """A broker set's live client endpoints: its master's (or acting master's) first, then every
     other live replica by broker id (they forward, forward.py); with no master, the live replicas
@@ -82,14 +62,19 @@ def queue_addrs(replicas: list[str], qid: int, language: str) -> list[str]:
     - clients that cannot fail over between addresses (the Node.js client): the master's;
     - the Java client (it connects in the order given, retries on the same queue, and its keepalive
       finds a frozen peer): every replica, the master first;
-    - the Python client: one replica per queue, even queues the master, odd queues the slaves in turn
-      (half the sends go straight to the master; a send and its retry never go to the same replica)."""
+    - the Python client (it keeps one channel per Endpoints on the address it reached first and
+      retries on the next queue): one replica per queue. With two slaves or more, the slaves in
+      turn and never the master: a master that stops answering (SIGSTOP) holds each request sent to
+      it for the client's whole deadline, and a retry that reached it would wait again, while a
+      slave holds a forwarded request only until the controller names the new master. With one
+      slave, the master and the slave in turn (a send and its retry never go to the same replica).
+    """
     if language not in MULTI_ADDRESS_CLIENTS:
         return replicas[:1]
     if language not in ONE_REPLICA_PER_QUEUE_CLIENTS or len(replicas) < 2:
         return replicas
-    slaves = replicas[1:]
-    return [replicas[0] if qid % 2 == 0 else slaves[(qid // 2) % len(slaves)]]
+    serving = replicas[1:] if len(replicas) > 2 else replicas
+    return [serving[qid % len(serving)]]
 
 
 class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):

@@ -19,7 +19,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 from controlplane.models import ApiToken, Isolation
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import uvicorn_server
+from tests.procs import create_topic, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -85,13 +85,7 @@ def test_an_isolated_broker_still_refuses_sends_after_a_restart_and_a_missed_pus
         proc = start_broker(conf, "iso")
         try:
             wait_for(registered, 30, "the broker's registration")
-            r = httpx.post(
-                f"{base}/api/v1/nameserver/topics",
-                headers=admin,
-                timeout=5,
-                json={"topicName": "Orders", "clusterName": CLUSTER, "readQueueNums": 1, "writeQueueNums": 1},
-            )
-            assert r.status_code == 200, r.text
+            create_topic(base, admin, "Orders", 1, clusterName=CLUSTER)
             topics = tmp_path / "store" / "config" / "topics.json"
             wait_for(
                 lambda: topics.exists() and "Orders" in json.loads(topics.read_text())["topicConfigTable"],

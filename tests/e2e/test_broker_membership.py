@@ -17,7 +17,7 @@ import pytest
 from controlplane.models import ApiToken
 from testkit.brokers import BrokerPorts, broker_keys, broker_process, write_broker_conf
 from testkit.procs import wait_until
-from tests.procs import ARTIFACTS, uvicorn_server
+from tests.procs import ARTIFACTS, create_topic, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -63,13 +63,7 @@ def test_broker_membership_topics_and_kill_9(tmp_path):
         proc = start_broker(conf, "a")
         try:
             wait_for(lambda: members() == {"0": addr}, 30, "the broker's registration")
-            r = httpx.post(
-                f"{base}/api/v1/nameserver/topics",
-                headers=admin,
-                timeout=5,
-                json={"topicName": "Orders", "clusterName": "e2e", "readQueueNums": 4, "writeQueueNums": 4},
-            )
-            assert r.status_code == 200, r.text
+            create_topic(base, admin, "Orders", 4, clusterName="e2e")
 
             def stored():
                 path = tmp_path / "store" / "config" / "topics.json"

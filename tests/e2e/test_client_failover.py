@@ -33,14 +33,14 @@ def test_kill_9_of_the_master_under_the_official_producer_fails_no_send(tmp_path
     assert failures == [], f"{len(failures)} sends failed after the client's retries: {failures[:3]}"
 
 
-def test_sigstop_of_the_master_under_the_official_producer_goes_on_through_the_new_master(tmp_path):
-    """The stopped master keeps its connections open and answers nothing: a send on its queue waits
-    for the client's deadline, the retry goes to the next queue (another replica, service.queue_addrs),
-    which holds it until the controller has elected a new master, and forwards it there, while the
-    old master is still stopped. Resumed, the old master is a slave and forwards. Not yet asserted:
-    that no send fails (one in flight at the stop can, after three attempts; issue 16 is open)."""
+def test_sigstop_of_the_master_under_the_official_producer_fails_no_send(tmp_path):
+    """The stopped master keeps its connections open and answers nothing. The Python client's routes
+    name slaves only (service.queue_addrs): a send in flight at the stop is held by its slave until
+    just before the client's deadline, and its retry, on the next queue, reaches the other slave,
+    which holds it until the controller has elected a new master and forwards it there (or serves
+    it, elected itself), while the old master is still stopped. Resumed, the old master is a slave."""
     failures = run_through_a_fault(tmp_path, "cf16s", sigstop_for_12_s)
-    assert all("DEADLINE_EXCEEDED" in f or "50001" in f for f in failures), failures[:3]  # timeouts, no refusal
+    assert failures == [], f"{len(failures)} sends failed after the client's retries: {failures[:3]}"
 
 
 def kill_9(master, elected) -> None:
@@ -96,9 +96,7 @@ def run_through_a_fault(tmp_path, name: str, fault) -> list[str]:
             def elected() -> None:
                 wait_for(lambda: master_of(info()) not in (None, master), 30, "the election")
                 settled = len(acked)
-                # A few are enough: while a master is stopped, a send whose first attempt goes to
-                # its queue waits 3 s (the client's deadline) before its retry is served.
-                wait_for(lambda: len(acked) >= settled + 3, 30, "sends acknowledged by the new master")
+                wait_for(lambda: len(acked) >= settled + 20, 30, "sends acknowledged by the new master")
 
             sender = threading.Thread(target=send_loop, daemon=True)
             sender.start()

@@ -13,7 +13,6 @@ import signal
 import time
 
 import grpc
-import httpx
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -24,7 +23,7 @@ from controlplane.models import ApiToken
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_failover import group_views, start_in_sync, two_replicas
 from tests.e2e.test_replication import Replica, send, stop_all
-from tests.procs import celery_worker_and_beat, uvicorn_server
+from tests.procs import celery_worker_and_beat, create_topic, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -168,13 +167,7 @@ def test_a_replica_that_joins_after_a_topic_was_created_gets_it_from_the_log(tmp
         try:
             master.start()
             wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
-            r = httpx.post(
-                f"{base}/api/v1/nameserver/topics",
-                headers=admin,
-                timeout=5,
-                json={"topicName": "Invoices", "brokerNames": ["group-a"], "readQueueNums": 2, "writeQueueNums": 2},
-            )
-            assert r.status_code == 200, r.text
+            create_topic(base, admin, "Invoices", 2, brokerNames=["group-a"])
             late.start()  # no push reaches it: the topic was created before it registered
 
             def late_topics() -> dict:

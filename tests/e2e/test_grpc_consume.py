@@ -17,7 +17,7 @@ from rocketmq.v5.exception import BadRequestException
 from controlplane.models import ApiToken
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import uvicorn_server
+from tests.procs import create_topic, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 MESSAGES = 10_000
@@ -60,13 +60,7 @@ def test_produce_and_consume_with_the_official_clients(tmp_path):
 
             wait_for(registered, 30, "both brokers")
             for topic in ("Orders", "Late"):
-                r = httpx.post(
-                    f"{base}/api/v1/nameserver/topics",
-                    headers=admin,
-                    timeout=5,
-                    json={"topicName": topic, "clusterName": "consume", "readQueueNums": 4, "writeQueueNums": 4},
-                )
-                assert r.status_code == 200, r.text
+                create_topic(base, admin, topic, 4, clusterName="consume")
             for topic in ("Orders", "Late"):
                 wait_for(
                     lambda t=topic: (

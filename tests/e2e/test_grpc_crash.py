@@ -16,7 +16,7 @@ from rocketmq import Message as ClientMessage
 from controlplane.models import ApiToken
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import uvicorn_server
+from tests.procs import create_topic, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -50,13 +50,7 @@ def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
         proc = start_broker(conf, "crash-1")
         try:
             wait_for(registered, 30, "the broker")
-            r = httpx.post(
-                f"{base}/api/v1/nameserver/topics",
-                headers=admin,
-                timeout=5,
-                json={"topicName": "Payments", "brokerNames": ["broker-a"], "readQueueNums": 4, "writeQueueNums": 4},
-            )
-            assert r.status_code == 200, r.text
+            create_topic(base, admin, "Payments", 4, brokerNames=["broker-a"])
             config = ClientConfiguration(f"127.0.0.1:{grpc_port}", Credentials())
             producer = Producer(config, ("Payments",))
             producer.startup()

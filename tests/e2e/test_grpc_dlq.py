@@ -17,7 +17,7 @@ from rocketmq import Message as ClientMessage
 from controlplane.models import ApiToken
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import uvicorn_server
+from tests.procs import create_topic, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 MAX_TIMES = 3
@@ -66,13 +66,7 @@ def test_unacked_message_goes_to_the_dlq_after_retry_max_times(tmp_path):
                 30,
                 "the broker",
             )
-            r = httpx.post(
-                f"{base}/api/v1/nameserver/topics",
-                headers=admin,
-                timeout=5,
-                json={"topicName": "Payments", "clusterName": "dlq", "readQueueNums": 2, "writeQueueNums": 2},
-            )
-            assert r.status_code == 200, r.text
+            create_topic(base, admin, "Payments", 2, clusterName="dlq")
             wait_for(lambda: len(route("Payments").get("brokerDatas", [])) == 1, 10, "the route of Payments")
 
             config = ClientConfiguration(f"127.0.0.1:{grpc_port}", Credentials())

@@ -22,7 +22,7 @@ from brokers.store.store import MessageStore, StoreConfig
 from controlplane.models import ApiToken
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.e2e.test_broker_membership import start_broker, wait_for
-from tests.procs import uvicorn_server
+from tests.procs import create_topic, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 MESSAGES = 2000
@@ -74,13 +74,7 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
                 return set(info["brokerAddrTable"]) == {"broker-a", "broker-b"}
 
             wait_for(both_registered, 30, "both brokers")
-            r = httpx.post(
-                f"{base}/api/v1/nameserver/topics",
-                headers=admin,
-                timeout=5,
-                json={"topicName": "Orders", "clusterName": "grpc", "readQueueNums": 4, "writeQueueNums": 4},
-            )
-            assert r.status_code == 200, r.text
+            create_topic(base, admin, "Orders", 4, clusterName="grpc")
             wait_for(
                 lambda: (
                     len(httpx.get(f"{base}/api/v1/nameserver/routes/Orders", headers=admin, timeout=5).json()["brokerDatas"]) == 2

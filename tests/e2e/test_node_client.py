@@ -3,9 +3,9 @@ three-replica group in controller mode (issue 16: every official client, not one
 SimpleConsumer start on our Telemetry settings and routes, produce and consume; a kill -9 of the
 master loses nothing acknowledged; and it shares a topic with the official Python client.
 
-What the Node client cannot do, from its source (docs/failover.md has the line references): it sends
-to and receives from queue 0 of each broker only, and our brokers, unlike RocketMQ's proxy, receive
-from the queue asked; so the topic a Node SimpleConsumer reads here has one queue (``NODE_TOPIC``).
+The Node client asks for queue 0 of each broker only (docs/failover.md has the line references); a
+receive pops every readable queue of the topic, the one asked first (as RocketMQ's proxy pops every
+queue of the broker), so its SimpleConsumer reads the whole four-queue topic here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from rocketmq import ClientConfiguration, Credentials, Producer
 from rocketmq import Message as ClientMessage
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from brokers.topics import TopicConfig, TopicConfigManager
 from chaos.node_client import node_client_process
 from chaos.official_client import EventLog
 from controlplane.models import ApiToken
@@ -34,7 +33,6 @@ from tests.procs import celery_worker_and_beat, uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
-NODE_TOPIC = "NodeOneQueue"  # one queue: the Node SimpleConsumer reads queue 0 only
 FOUR_QUEUES = "Replicated"  # testkit's topic (4 queues), as the other client tests use
 
 
@@ -48,8 +46,6 @@ def three_replicas(tmp_path: Path, tag: str) -> Iterator[tuple[list[Replica], Re
         replicas = controller_replicas(
             tmp_path, base, token, ("a", "b", "c"), allAckInSyncStateSet="true", controllerHeartBeatTimeoutMills=3000
         )
-        for r in replicas:
-            TopicConfigManager(r.root / "config" / "topics.json").update(TopicConfig(NODE_TOPIC, 1, 1, 6))
         info, master_of = group_views(base, admin, replicas)
         try:
             for r in replicas:
@@ -89,14 +85,14 @@ def alive_and(process: Process, predicate) -> bool:
 def test_the_node_producer_and_simple_consumer_produce_and_consume(tmp_path):
     with three_replicas(tmp_path, "node-a") as (replicas, master, _, _):
         access = f"127.0.0.1:{master.grpc_port}"
-        producer, sent = node("produce", "node-producer", tmp_path, access, NODE_TOPIC, "--interval-ms", "5")
+        producer, sent = node("produce", "node-producer", tmp_path, access, FOUR_QUEUES, "--interval-ms", "5")
         with running(producer):
             wait_for(lambda: alive_and(producer, lambda: len(sent.of("ack")) >= 300), 60, "300 sends acknowledged")
         assert sent.of("fail") == [], sent.of("fail")[:3]
         assert [e["kind"] for e in sent.of("started", "stopped")] == ["started", "stopped"]
         acked = ids(sent, "ack")
 
-        consumer, got = node("consume", "node-consumer", tmp_path, access, NODE_TOPIC, "--group", "node-a")
+        consumer, got = node("consume", "node-consumer", tmp_path, access, FOUR_QUEUES, "--group", "node-a")
         with running(consumer):
             wait_for(lambda: alive_and(consumer, lambda: acked <= ids(got, "delivery")), 60, "every acknowledged message")
         assert got.of("receive_fail", "ack_fail") == [], got.of("receive_fail", "ack_fail")[:3]
@@ -122,7 +118,7 @@ def test_kill_9_of_the_master_under_the_node_producer_loses_nothing_acknowledged
     with three_replicas(tmp_path, "node-b") as (replicas, master, info, master_of):
         survivor = next(r for r in replicas if r is not master)  # the access point: routes stay reachable
         access = f"127.0.0.1:{survivor.grpc_port}"
-        producer, sent = node("produce", "node-producer", tmp_path, access, NODE_TOPIC, "--interval-ms", "10")
+        producer, sent = node("produce", "node-producer", tmp_path, access, FOUR_QUEUES, "--interval-ms", "10")
         with running(producer):
             wait_for(lambda: alive_and(producer, lambda: len(sent.of("ack")) >= 100), 60, "sends before the fault")
             master.stop(signal.SIGKILL)
@@ -146,7 +142,7 @@ def test_kill_9_of_the_master_under_the_node_producer_loses_nothing_acknowledged
 
         assert master_of(info()) is elected
         reader = f"127.0.0.1:{elected.grpc_port}"
-        consumer, got = node("consume", "node-consumer", tmp_path, reader, NODE_TOPIC, "--group", "node-b")
+        consumer, got = node("consume", "node-consumer", tmp_path, reader, FOUR_QUEUES, "--group", "node-b")
         acked = ids(sent, "ack")
         with running(consumer):
             wait_for(lambda: alive_and(consumer, lambda: acked <= ids(got, "delivery")), 90, "every acknowledged message")
@@ -155,7 +151,7 @@ def test_kill_9_of_the_master_under_the_node_producer_loses_nothing_acknowledged
 def test_the_node_and_python_clients_share_topics(tmp_path):
     """The same Settings and route answers satisfy both clients: a Node producer's messages on the
     four-queue topic reach a Python SimpleConsumer, and a Python producer's reach a Node
-    SimpleConsumer (on the one-queue topic, which is all that consumer reads)."""
+    SimpleConsumer (which asks for queue 0 only and is given every queue)."""
     with three_replicas(tmp_path, "node-c") as (replicas, master, _, _):
         access = f"127.0.0.1:{master.grpc_port}"
         every = ";".join(f"127.0.0.1:{r.grpc_port}" for r in replicas)
@@ -168,18 +164,18 @@ def test_the_node_and_python_clients_share_topics(tmp_path):
         received = received_by_a_new_consumer(every, "node-c-py", FOUR_QUEUES, from_node, 60)
         assert from_node <= received, f"{len(from_node - received)} Node messages not received by the Python consumer"
 
-        python_producer = Producer(ClientConfiguration(every, Credentials()), (NODE_TOPIC,))
+        python_producer = Producer(ClientConfiguration(every, Credentials()), (FOUR_QUEUES,))
         python_producer.startup()
         try:
             from_python: set[str] = set()
             for i in range(200):
                 msg = ClientMessage()
-                msg.topic, msg.body = NODE_TOPIC, f"py-{i}".encode()
+                msg.topic, msg.body = FOUR_QUEUES, f"py-{i}".encode()
                 python_producer.send(msg)
                 from_python.add(f"py-{i}")
         finally:
             python_producer.shutdown()
-        consumer, got = node("consume", "node-consumer", tmp_path, access, NODE_TOPIC, "--group", "node-c")
+        consumer, got = node("consume", "node-consumer", tmp_path, access, FOUR_QUEUES, "--group", "node-c")
         with running(consumer):
             wait_for(lambda: alive_and(consumer, lambda: from_python <= ids(got, "delivery")), 60, "every Python message")
         assert got.of("receive_fail", "ack_fail") == [], got.of("receive_fail", "ack_fail")[:3]
