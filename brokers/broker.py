@@ -24,7 +24,9 @@ from .metalog import MetaLog, MetaMode
 from .store import codec
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .tasks import cancel_and_wait
+from .timer import Checkpoint, TimerService
 from .topics import TopicConfig, TopicConfigManager, system_topics
+from .transaction import Resolution
 
 log = logging.getLogger("brokers")
 
@@ -144,10 +146,12 @@ class Broker:
         self.grpc_service = None
         self.offset_reporter = OffsetReporter(self)
         self._report_offsets: asyncio.Task | None = None
+        self._transactions: asyncio.Task | None = None
         # Consumer metadata that replicates with the log (brokers/meta.py): the master writes it,
         # every other replica follows it.
         self.consumer_meta = ConsumerMeta(root / "config" / "consumerOffset.json", self.topics)
         self.metalog = MetaLog(self.store, self.consumer_meta, config.popReviveAfterTakeoverMillis)
+        self.timers = TimerService(self.store, config.timerPrecisionMs, config.timerMaxDelaySec * 1000)
         self.metalog.on_topics_changed = self.nameserver.register_soon
         self.topics.on_changed = self._topic_changed
         if self.replicas is not None:
@@ -160,6 +164,11 @@ class Broker:
         self.peers = PeerServer.for_broker(config)
         self.peers.handle(RequestCode.EXCHANGE_BROKER_HA_INFO, self.acting.exchange_ha_info)
         self.peers.handle(RequestCode.GET_CONSUMER_META, self.acting.consumer_meta)
+        self.peers.handle(RequestCode.GET_TIMER_CHECK_POINT, self._timer_checkpoint_asked)
+        self.acting.on_acting = self._on_acting
+        self.acting.take_timer_checkpoint = self._take_timer_checkpoint
+        self.peers.handle(RequestCode.GET_TRANSACTION_RESOLUTIONS, self._resolutions_asked)
+        self.acting.take_resolutions = self._take_resolutions
         self.peers.handle(RequestCode.WANT_CONSUMER_META_SNAPSHOT, self._snapshot_asked)
         self._peer_client = PeerClient(config.peer_token)
         self._master_addr: str | None = None  # classic mode: from the nameserver's registration answers
@@ -194,6 +203,8 @@ class Broker:
         self._follow = loop.create_task(self.metalog.follow_forever(), name="meta-follow")
         self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, self.consumer_meta, self.metalog)
         self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
+        serving = lambda: self.metalog.mode is MetaMode.WRITER  # noqa: E731
+        self._transactions = loop.create_task(self.grpc_service.transactions_forever(serving), name="transactions")
         self.grpc_service.on_topics_changed = self.nameserver.register_soon
         self.grpc_service.forwards_sends = self._forwards_sends
         self.grpc_service.on_offset_committed = self.offset_reporter.committed
@@ -228,8 +239,9 @@ class Broker:
             await self.replicas.stop()
         await cancel_and_wait(self._pre_online)
         if self.grpc_server is not None:
-            await cancel_and_wait(self._revive)
+            await cancel_and_wait(self._revive, self._transactions)
             await self.grpc_server.stop(grace=2)
+            await self.timers.deactivate()
             self.grpc_service._persist_offsets()
             await self.grpc_service.close()
         await cancel_and_wait(self._report_offsets, self._follow, *self._background)
@@ -258,6 +270,7 @@ class Broker:
             self._taken_over()
         else:
             self.metalog.become_follower()
+            await self.timers.deactivate()
 
     def _forwards_sends(self) -> bool:
         """A slave (or a broker the controller has not given a role yet) hands sends to its master;
@@ -280,10 +293,59 @@ class Broker:
 
     def _taken_over(self) -> None:
         """Serving as master now (writes are let in once the caller returns): record the state for
-        the slaves, and correct offsets beyond their queue's end before new messages pass them."""
+        the slaves, correct offsets beyond their queue's end before new messages pass them, and turn
+        the timer wheel."""
         self.metalog.want_snapshot()
         if self.grpc_service is not None:
             self._in_background(self.grpc_service.correct_overflows(), "offset-overflow")
+            self.grpc_service.transactions.loaded = False  # rebuilt from this log at its first use
+        if self.config.timerWheelEnable:
+            self.timers.activate()  # due timers go out from this log's last checkpoint on
+
+    # --- timers while acting for a dead master (RIP-32 escape) -------------------------------------
+
+    def _on_acting(self, acting: bool) -> None:
+        """An acting master with escape on (enableRemoteEscape) turns the timer wheel and resolves
+        transactions: due timers and commits go to another master of the cluster. Without escape
+        they wait for their master's return (EndTransaction is answered with an error the clients
+        retry)."""
+        if self.grpc_service is None:
+            return
+        escape = self.grpc_service.escape.put if acting and self.config.enableRemoteEscape else None
+        transactions = self.grpc_service.transactions
+        transactions.escape, transactions.loaded = escape, False  # this log's index, rebuilt at first use
+        if escape is not None and self.config.timerWheelEnable:
+            self.timers.activate(escape=escape)
+        elif not acting:
+            self._in_background(self.timers.deactivate(), "timer-stop")
+
+    async def _resolutions_asked(self, body: dict) -> dict:
+        """10060: the transactions this broker resolved while acting (empty: none)."""
+        ops = self.grpc_service.transactions.acting_ops if self.grpc_service is not None else {}
+        return {"resolutions": {txn: r.value for txn, r in ops.items()}} if ops else {}
+
+    def _take_resolutions(self, reply: dict) -> None:
+        raw = reply.get("resolutions")
+        if not isinstance(raw, dict) or self.grpc_service is None:
+            log.warning("pre-online: refused transaction resolutions %r", reply)
+            return
+        try:
+            taken = {str(txn): Resolution(r) for txn, r in raw.items()}
+        except ValueError as exc:
+            log.warning("pre-online: refused transaction resolutions (%s)", exc)
+            return
+        self.grpc_service.transactions.adopted.update(taken)
+        log.info("pre-online: took back %d transactions the acting master resolved", len(taken))
+
+    async def _timer_checkpoint_asked(self, body: dict) -> dict:
+        """60: what this broker delivered by escape while acting (empty: nothing)."""
+        return {"checkpoint": self.timers.checkpoint.to_wire()} if self.timers.escaped_any else {}
+
+    def _take_timer_checkpoint(self, reply: dict) -> None:
+        try:
+            self.timers.adopted = Checkpoint.from_wire(reply.get("checkpoint"))
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("pre-online: refused a timer checkpoint %r (%s)", reply, exc)
 
     def _topic_changed(self, change: TopicConfig | str) -> None:
         """A master records every topic change for its slaves (a replica that missed a push, or

@@ -49,8 +49,10 @@ class BrokerConfig:
     enableSlaveActingMaster: bool = False
     syncBrokerMemberGroupPeriod: int = 1000
     skipPreOnline: bool = False
-    enableRemoteEscape: bool = False  # true: refused (_UNSUPPORTED_VALUES)
-    lockInStrictMode: bool = False  # true: refused (_UNSUPPORTED_VALUES)
+    enableRemoteEscape: bool = False  # an acting master sends due timers to another master (brokers/escape.py)
+    # true: a FIFO queue is handed out once its pop record is on totalReplicas / 2 + 1 replicas (RIP-32's
+    # lock quorum, reference §5.5; brokers/grpc/consumer.py _pop_orderly)
+    lockInStrictMode: bool = False
     # Ours: the token brokers of one replica group present on each other's peer channel (listenPort,
     # brokers/control/peers.py); empty: the control-plane token (controlPlaneToken / ...TokenFile).
     peerToken: str = ""
@@ -62,6 +64,18 @@ class BrokerConfig:
     # old master may have recorded a receive whose answer never reached the client. 0: keep each
     # message's own invisible time (RocketMQ's behaviour).
     popReviveAfterTakeoverMillis: int = 5000
+    # Timer messages (brokers/timer.py; RocketMQ's names): off refuses them. The wheel turns every
+    # timerPrecisionMs (RocketMQ: 1000; a due message waits at most about one turn) and takes
+    # delivery times up to timerMaxDelaySec ahead.
+    timerWheelEnable: bool = True
+    timerPrecisionMs: int = 50
+    timerMaxDelaySec: int = 259200
+    # Transactions (brokers/transaction.py; RocketMQ's names and defaults): a half message unresolved
+    # this long is checked (its producer asked), every transactionCheckInterval, at most
+    # transactionCheckMax times, then discarded to TRANS_CHECK_MAX_TIME_TOPIC.
+    transactionTimeOut: int = 6000
+    transactionCheckMax: int = 15
+    transactionCheckInterval: int = 30000
     # Replication (reference §2.7, §4): the role in classic master/slave mode, the HA link, quorum write.
     brokerRole: str = "ASYNC_MASTER"  # ASYNC_MASTER | SYNC_MASTER | SLAVE
     haMasterAddress: str = ""  # a slave's master HA address; empty: the one the nameserver reports
@@ -132,14 +146,7 @@ _UNSUPPORTED_KEYS = {
     "transientStorePoolEnable": "the off-heap write buffer",
     "enableLmq": "light message queues",
     "enableMultiDispatch": "multi-dispatch of light message queues",
-    "timerWheelEnable": "timer messages",
     "aclEnable": "ACL; brokers authenticate to the control plane with tokens",
-}
-
-# Supported keys whose non-default value is not (yet): (the refused value, why).
-_UNSUPPORTED_VALUES: dict[str, tuple[object, str]] = {
-    "enableRemoteEscape": (True, "escape of timer and transaction messages comes with them"),
-    "lockInStrictMode": (True, "the lock quorum over the broker member group (reference §5.5) comes later"),
 }
 
 
@@ -273,10 +280,14 @@ def _check(c: BrokerConfig) -> list[str]:
     ):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
-    for key, (refused, why) in _UNSUPPORTED_VALUES.items():
-        if getattr(c, key) == refused:
-            problems.append(f"{key}: {_conf_text(refused)} is not supported yet ({why}); set {_conf_text(_FIELDS[key].default)}")
     for key in ("flushCommitLogLeastPages", "popReviveAfterTakeoverMillis"):
         if getattr(c, key) < 0:
             problems.append(f"{key}: must be >= 0")
+    if not 10 <= c.timerPrecisionMs <= 1000:
+        problems.append("timerPrecisionMs: must be between 10 and 1000")
+    if c.timerMaxDelaySec <= 0:
+        problems.append("timerMaxDelaySec: must be > 0")
+    for key in ("transactionTimeOut", "transactionCheckMax", "transactionCheckInterval"):
+        if getattr(c, key) <= 0:
+            problems.append(f"{key}: must be > 0")
     return problems

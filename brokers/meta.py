@@ -27,6 +27,9 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
+from controlplane.topic_attributes import parse_attributes  # pure, standard library only
+from controlplane.validation import Invalid
+
 from .pop import PopState, wire_nonce, wire_offset
 from .store.offsets import ConsumerOffsets, DataVersion
 from .topics import TopicConfig, TopicConfigManager
@@ -96,7 +99,11 @@ def _topic_config(raw: object) -> TopicConfig:
         if type(v) is not int or not 0 <= v < 2**31:
             raise MetaRejected(f"bad topic config for {name}: {key} must be an integer in [0, 2**31)")
         ints[key] = v
-    return TopicConfig(name, **ints)
+    try:
+        attributes = parse_attributes(raw.get("attributes", {}))  # a record of an older broker has none: NORMAL
+    except Invalid as exc:
+        raise MetaRejected(f"bad topic config for {name}: attributes {exc.fields}") from None
+    return TopicConfig(name, **ints, attributes=attributes)
 
 
 class ConsumerMeta:

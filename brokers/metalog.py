@@ -62,10 +62,11 @@ class MetaLog:
 
     # --- writing (WRITER) -------------------------------------------------------------------------
 
-    async def write(self, record: dict) -> PutResult:
-        """Store one record in this broker's log; PUT_OK once it is where sends are (quorum)."""
+    async def write(self, record: dict, min_acks: int = 0) -> PutResult:
+        """Store one record in this broker's log; PUT_OK once it is where sends are (quorum), and on
+        at least ``min_acks`` replicas (a FIFO queue's lock under lockInStrictMode)."""
         body = json.dumps(record, separators=(",", ":")).encode()
-        result = await self.store.put_message(Message(META_TOPIC, 0, body, {"META": record["kind"]}))
+        result = (await self.store.put_messages([Message(META_TOPIC, 0, body, {"META": record["kind"]})], min_acks))[0]
         if result.status is PutMessageStatus.PUT_OK and result.queue_offset >= self.cursor:
             self.cursor = self.meta.cursor = result.queue_offset + 1
         return result
@@ -184,10 +185,6 @@ class MetaLog:
 
     async def _store_snapshot(self) -> None:
         self._snapshot_wanted = False
-        self._wake = asyncio.Event()  # a snapshot became due (a replica asked for one): do not wait
-        # A replica without a base asks its master for a snapshot record (the broker sends the request).
-        self.request_snapshot: Callable[[], Awaitable[None]] | None = None
-        self._requested_at = -SNAPSHOT_REQUEST_S
         result = await self.write(self.meta.snapshot())
         if result.status is not PutMessageStatus.PUT_OK:
             self._snapshot_wanted = self.mode is MetaMode.WRITER

@@ -5,7 +5,9 @@ flight, each with its invisible deadline and a nonce. A receipt handle names one
 delivery: ack or ChangeInvisibleDuration with an old handle (a newer one was issued, or the message
 was revived) is refused. The revive loop puts every message whose invisible time passed into the
 group's retry topic ``%RETRY%{group}_{topic}`` with reconsumeTimes + 1, or into ``%DLQ%{group}``
-once it was delivered ``popReviveMaxAttemptTimes`` (16) times.
+once it was delivered ``popReviveMaxAttemptTimes`` (16) times. Orderly queues (FIFO topics,
+brokers/fifo.py) have no retry topic: the queue's next pop hands an expired message out again in
+place, from this same state.
 
 Every change is also a record in the broker's own commit log (brokers/meta.py, as RocketMQ keeps
 its CK/ACK records in the revive topic), so the state replicates to every slave with the log and a
@@ -171,8 +173,8 @@ class PopState:
 
     def _valid(self, handle: ReceiptHandle) -> tuple[QueueState, InFlight] | None:
         q = self.queues.get((handle.group, handle.topic, handle.queue_id))
-        flight = q.in_flight.get(handle.offset) if q else None
-        if flight is None or flight.nonce != handle.nonce:
+        flight = q.in_flight.get(handle.offset) if q is not None else None
+        if q is None or flight is None or flight.nonce != handle.nonce:
             return None
         return q, flight
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
+
+from controlplane.topic_attributes import TopicMessageType, message_type_of, parse_attributes  # pure, standard library only
 
 from .store.files import write_json_atomically
 from .store.offsets import DataVersion
@@ -21,6 +24,22 @@ class TopicConfig:
     writeQueueNums: int = 8
     perm: int = 6
     topicSysFlag: int = 0
+    # RocketMQ's TopicConfig.attributes ({"message.type": "DELAY"}), as parse_attributes passed them.
+    # Never mutated: a change is a new TopicConfig.
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def message_type(self) -> TopicMessageType:
+        """The topic's message type (NORMAL without the attribute)."""
+        return message_type_of(self.attributes)
+
+    @classmethod
+    def from_json(cls, name: str, raw: dict) -> TopicConfig:
+        """One entry of a ``topicConfigTable`` (``topics.json`` of any version, a snapshot): an entry
+        without attributes is a NORMAL topic; bad attributes raise ``ValueError``."""
+        fields = {k: v for k, v in raw.items() if k != "topicName"}
+        fields["attributes"] = parse_attributes(raw.get("attributes", {}))
+        return cls(name, **fields)
 
 
 class TopicConfigManager:
@@ -33,7 +52,7 @@ class TopicConfigManager:
         self.on_changed: Callable[[TopicConfig | str], None] | None = None
         if self.path.exists():
             raw = json.loads(self.path.read_text())
-            self.topics = {name: TopicConfig(**tc) for name, tc in raw["topicConfigTable"].items()}
+            self.topics = {name: TopicConfig.from_json(name, tc) for name, tc in raw["topicConfigTable"].items()}
             dv = raw.get("dataVersion", {})
             self.data_version = DataVersion(dv.get("stateVersion", 0), dv.get("counter", 0), dv.get("timestamp", 0))
 

@@ -8,6 +8,8 @@ an entry of ``brokerAddrs`` with the durable part of its live-table entry, ``Top
 from django.db import models
 from django.db.models import F, Q
 
+from controlplane.topic_attributes import MESSAGE_TYPE, TOPIC_MESSAGE_TYPES
+
 
 class BrokerGroup(models.Model):
     cluster_name = models.CharField(max_length=255, db_index=True)
@@ -57,12 +59,18 @@ class TopicQueue(models.Model):
     write_queue_nums = models.IntegerField()
     perm = models.SmallIntegerField()
     topic_sys_flag = models.IntegerField(default=0)
+    # The broker set's TopicConfig.attributes (controlplane.topic_attributes): {"message.type": "DELAY"}.
+    attributes = models.JSONField(default=dict)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["topic", "group_id"]
         constraints = [
             models.UniqueConstraint(fields=["topic", "group"], name="queue_unique_topic_group"),
+            models.CheckConstraint(
+                condition=~Q(attributes__has_key=MESSAGE_TYPE) | Q(**{f"attributes__{MESSAGE_TYPE}__in": TOPIC_MESSAGE_TYPES}),
+                name="queue_message_type_valid",
+            ),
             models.CheckConstraint(condition=Q(perm__gte=0) & Q(perm__lt=8), name="queue_perm_valid"),
             models.CheckConstraint(
                 condition=Q(read_queue_nums__gte=0) & Q(write_queue_nums__gte=0), name="queue_nums_not_negative"

@@ -48,6 +48,9 @@ class QueueDataAnswer(serializers.Serializer):
     writeQueueNums = serializers.IntegerField()
     perm = serializers.IntegerField()
     topicSysFlag = serializers.IntegerField()
+    attributes = serializers.DictField(
+        child=serializers.CharField(), help_text="ours: the broker set's topic attributes (message.type; absent: NORMAL)"
+    )
 
 
 @extend_schema_serializer(component_name="BrokerData")

@@ -38,7 +38,7 @@ def group_value(row: BrokerGroup, members: Iterable[BrokerMember] | None = None)
 
 
 def queue_value(q: TopicQueue, broker_name: str) -> QueueData:
-    return QueueData(broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
+    return QueueData(broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag, q.attributes)
 
 
 def groups_by_name(names: Iterable[str] | None = None, *, cluster_name: str | None = None) -> dict[str, Group]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from controlplane import validation
+from controlplane import topic_attributes, validation
 from controlplane.validation import INT_MAX, MAX_ID
 from controlplane.validation_drf import (
     RuledSerializer,
@@ -31,12 +31,56 @@ class DataVersionSerializer(serializers.Serializer):
     timestamp = integer_field(min_value=0, max_value=MAX_ID, default=0)
 
 
+# --- topic attributes: the rules are pure (controlplane.topic_attributes); these are their fields --------
+
+_ATTRIBUTE_SCHEMAS = {key: {"type": "string", "enum": list(values)} for key, values in topic_attributes.ATTRIBUTE_VALUES.items()}
+TOPIC_ATTRIBUTES_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": _ATTRIBUTE_SCHEMAS,
+    "description": "RocketMQ's TopicConfig.attributes; message.type absent: NORMAL",
+}
+TOPIC_ATTRIBUTES_UPDATE_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    # Each attribute once, in one form or the other (one attribute so far: this says it exactly).
+    "maxProperties": len(_ATTRIBUTE_SCHEMAS),
+    "properties": {
+        **_ATTRIBUTE_SCHEMAS,
+        **{topic_attributes.ADD_PREFIX + key: schema for key, schema in _ATTRIBUTE_SCHEMAS.items()},
+    },
+    "description": 'Attributes to set, e.g. {"message.type": "DELAY"} (or RocketMQ\'s "+message.type"); '
+    "those not named keep their value. message.type absent: NORMAL",
+}
+
+
+@extend_schema_field(TOPIC_ATTRIBUTES_SCHEMA)
+class TopicAttributesField(serializers.Field):
+    """A topic config's attributes as a broker registers them."""
+
+    parse = staticmethod(topic_attributes.parse_attributes)
+
+    def to_internal_value(self, data):
+        return drf_checked(self.parse, data)
+
+    def to_representation(self, value):
+        return value
+
+
+@extend_schema_field(TOPIC_ATTRIBUTES_UPDATE_SCHEMA)
+class TopicAttributesUpdateField(TopicAttributesField):
+    """The attributes an operator sets on a topic: ``parse_update``'s forms."""
+
+    parse = staticmethod(topic_attributes.parse_update)
+
+
 class TopicConfigSerializer(serializers.Serializer):
     topicName = _name_field(required=False)
     readQueueNums = integer_field(min_value=0, max_value=65535, default=16)
     writeQueueNums = integer_field(min_value=0, max_value=65535, default=16)
     perm = integer_field(min_value=0, max_value=7, default=6)
     topicSysFlag = integer_field(min_value=0, max_value=INT_MAX, default=0)
+    attributes = TopicAttributesField(required=False, default=dict)
 
 
 class TopicConfigWrapperSerializer(serializers.Serializer):
@@ -157,7 +201,7 @@ class RegisterBrokerSerializer(serializers.Serializer):
             data_version=DataVersion(dv.get("stateVersion", 0), dv.get("counter", 0), dv.get("timestamp", 0)),
             grpc_addr=d.get("grpcAddr") or "",
             topic_configs=tuple(
-                TopicConfig(name, tc["readQueueNums"], tc["writeQueueNums"], tc["perm"], tc["topicSysFlag"])
+                TopicConfig(name, tc["readQueueNums"], tc["writeQueueNums"], tc["perm"], tc["topicSysFlag"], tc["attributes"])
                 for name, tc in sorted((wrapper.get("topicConfigTable") or {}).items())
             ),
         )
@@ -185,6 +229,7 @@ class TopicUpdateSerializer(TopicTargetSerializer):
     writeQueueNums = integer_field(min_value=1, max_value=65535, default=8)
     perm = integer_field(min_value=0, max_value=7, default=6)
     topicSysFlag = integer_field(min_value=0, max_value=INT_MAX, default=0)
+    attributes = TopicAttributesUpdateField(required=False)
 
 
 class TopicListQuerySerializer(serializers.Serializer):

@@ -7,12 +7,14 @@ take turns on ``SELECT ... FOR UPDATE``; different sets proceed in parallel.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 
 from django.db import transaction
 from django.db.models import F
 
+from controlplane import topic_attributes
 from controlplane.isolation import is_isolated
 
 from . import liveness, notify, route_cache
@@ -124,6 +126,7 @@ def _store_queue_data(row: BrokerGroup, queue_data: dict[str, QueueData]) -> Non
                 write_queue_nums=qd.write_queue_nums,
                 perm=qd.perm,
                 topic_sys_flag=qd.topic_sys_flag,
+                attributes=dict(qd.attributes),
             ),
         )
 
@@ -246,23 +249,28 @@ def create_or_update_topic(
     write_queue_nums: int,
     perm: int,
     topic_sys_flag: int = 0,
+    attributes: Mapping[str, str] | None = None,
     cluster_name: str | None = None,
     broker_names: list[str] | None = None,
 ) -> list[str]:
     """``UPDATE_AND_CREATE_TOPIC`` on a cluster or on chosen broker sets; returns their names.
 
-    The route changes at once; each target broker set is also told over its websocket so that
-    its brokers store the topic config (and stamp it with a new data version).
+    ``attributes`` (``topic_attributes.parse_update``'s) change those each broker set has for the
+    topic and keep the rest. The route changes at once; each target broker set is also told over its
+    websocket so that its brokers store the topic config (and stamp it with a new data version).
     """
     with transaction.atomic():
         _after_commit(route_cache.registry_changed)
         rows = _target_groups(cluster_name, broker_names)
-        for row in BrokerGroup.objects.select_for_update().filter(id__in=[r.id for r in rows]).order_by("id"):
+        locked = list(BrokerGroup.objects.select_for_update().filter(id__in=[r.id for r in rows]).order_by("id"))
+        current = dict(TopicQueue.objects.filter(topic=topic, group__in=locked).values_list("group_id", "attributes"))
+        for row in locked:
             group = group_value(row)
             # A masterless set under acting master serves reads only, as a prime slave registers it.
             effective = P.without_write(perm) if group.enable_acting_master and not group.has_master else perm
+            final = topic_attributes.updated(current.get(row.id), attributes or {})
             _store_queue_data(
-                row, {topic: QueueData(row.broker_name, read_queue_nums, write_queue_nums, effective, topic_sys_flag)}
+                row, {topic: QueueData(row.broker_name, read_queue_nums, write_queue_nums, effective, topic_sys_flag, final)}
             )
             payload = {
                 "topicName": topic,
@@ -270,6 +278,7 @@ def create_or_update_topic(
                 "writeQueueNums": write_queue_nums,
                 "perm": perm,
                 "topicSysFlag": topic_sys_flag,
+                "attributes": final,
                 "brokerName": row.broker_name,
             }
             addrs = [m.broker_addr for m in group.members]

@@ -12,6 +12,7 @@ from controlplane.config_views import ConfigView as BaseConfigView
 from controlplane.config_views import config_schema_view
 from controlplane.errors import ApiError, ResponseCode
 from controlplane.openapi import AUTH, BODY, errors
+from controlplane.topic_attributes import TOPIC_MESSAGE_TYPES
 from controlplane.validation_drf import checked_param, name_parameter
 
 from . import responses, selectors, services, settings_store, water_levels, wire
@@ -226,7 +227,9 @@ class TopicListView(APIView):
         request=TopicUpdateSerializer,
         responses={200: responses.TopicUpdatedAnswer, **errors(*BODY, why={404: UNKNOWN_SETS})},
         description="UPDATE_AND_CREATE_TOPIC on every broker set of a cluster (clusterName) or on chosen "
-        "broker sets (brokerNames). The route changes at once; the brokers are told over their websocket.",
+        f"broker sets (brokerNames). attributes sets the topic's message.type ({', '.join(TOPIC_MESSAGE_TYPES)}; "
+        "changeable later, as in RocketMQ); attributes not named keep their value. The route changes at once; "
+        "the brokers are told over their websocket.",
     )
     def post(self, request):
         s = TopicUpdateSerializer(data=request.data)
@@ -240,6 +243,7 @@ class TopicListView(APIView):
                 write_queue_nums=d["writeQueueNums"],
                 perm=d["perm"],
                 topic_sys_flag=d["topicSysFlag"],
+                attributes=d.get("attributes"),
                 cluster_name=d.get("clusterName"),
                 broker_names=d.get("brokerNames"),
             )

@@ -14,6 +14,7 @@ def queue_data(q: QueueData) -> dict:
         "writeQueueNums": q.write_queue_nums,
         "perm": q.perm,
         "topicSysFlag": q.topic_sys_flag,
+        "attributes": dict(q.attributes),
     }
 
 

@@ -60,9 +60,14 @@ def celery_worker_and_beat() -> Iterator[tuple[Process, Process]]:
         cp.stop()
 
 
-def create_topic(base: str, admin: dict[str, str], topic: str, queues: int, **where: object) -> None:
-    """Creates ``topic`` with ``queues`` read and write queues over the control plane's REST API
-    (``admin``: an admin token's headers), on ``clusterName=...`` or ``brokerNames=[...]``."""
+def create_topic(
+    base: str, admin: dict[str, str], topic: str, queues: int, *, attributes: dict[str, str] | None = None, **where: object
+) -> None:
+    """Creates (or updates) ``topic`` with ``queues`` read and write queues over the control plane's REST
+    API (``admin``: an admin token's headers), on ``clusterName=...`` or ``brokerNames=[...]``;
+    ``attributes``: e.g. ``{"message.type": "DELAY"}`` (docs/api.md)."""
     json = {"topicName": topic, **where, "readQueueNums": queues, "writeQueueNums": queues}
+    if attributes is not None:
+        json["attributes"] = attributes
     r = httpx.post(f"{base}/api/v1/nameserver/topics", headers=admin, timeout=5, json=json)
     assert r.status_code == 200, r.text

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 import websockets
 
+from controlplane.topic_attributes import parse_attributes  # pure, standard library only
+
 from ..config import BrokerConfig
 from ..tasks import cancel_and_wait
 from ..topics import TopicConfig, TopicConfigManager
@@ -181,6 +183,7 @@ class NameserverLink:
                     payload["writeQueueNums"],
                     payload["perm"],
                     payload.get("topicSysFlag", 0),
+                    parse_attributes(payload.get("attributes", {})),  # the topic's whole set, as the control plane keeps it
                 )
                 if self.topics.update(tc):
                     await self.register()

@@ -50,10 +50,13 @@ class RequestCode(IntEnum):
     """``RequestCode`` numbers (reference §1.11) spoken on the peer channel."""
 
     GET_CONSUMER_META = 43  # RocketMQ's GET_ALL_CONSUMER_OFFSET: pre-online's reverse metadata sync
+    GET_TIMER_CHECK_POINT = 60  # pre-online takes an acting master's timer checkpoint back
     EXCHANGE_BROKER_HA_INFO = 906
     # Ours: a replica without a base for the consumer-metadata records asks its master for a snapshot
     # record (brokers/metalog.py).
     WANT_CONSUMER_META_SNAPSHOT = 10043
+    # Ours: pre-online takes back the transactions an acting master resolved (brokers/transaction.py).
+    GET_TRANSACTION_RESOLUTIONS = 10060
 
 
 class ResponseCode(IntEnum):

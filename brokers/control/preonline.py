@@ -44,6 +44,11 @@ class ActingMaster:
         self.config, self.ha, self.meta, self.metalog, self.link = config, ha, meta, metalog, link
         self.pre_online = False  # the tracker is paused meanwhile
         self.on_adopted: Callable[[], None] | None = None  # a pre-online pull took a peer's state
+        self.on_acting: Callable[[bool], None] | None = None  # this broker starts / stops acting as master
+        # pre-online: an acting master's timer checkpoint (its answer to GET_TIMER_CHECK_POINT)
+        self.take_timer_checkpoint: Callable[[dict], None] | None = None
+        # pre-online: the transactions an acting master resolved (its answer to GET_TRANSACTION_RESOLUTIONS)
+        self.take_resolutions: Callable[[dict], None] | None = None
 
     # --- the group's minimum (§5.1 onMinBrokerChange) ---------------------------------------------
 
@@ -56,6 +61,8 @@ class ActingMaster:
                 # master had not confirmed yet (reference §2.6), the last sends and acks it answered.
                 self.ha.store.set_follow_max(True)
                 await self.metalog.become_acting()
+                if self.on_acting is not None:
+                    self.on_acting(True)
         elif self.metalog.mode is MetaMode.ACTING:
             self._stop_acting()
         if change.min_broker_id == 0 and change.ha_addr:
@@ -63,6 +70,8 @@ class ActingMaster:
 
     def _stop_acting(self) -> None:
         self.metalog.become_follower()
+        if self.on_acting is not None:
+            self.on_acting(False)
         self.ha.store.set_follow_max(False)  # publish up to the master's confirm offset again
 
     # --- peer requests ------------------------------------------------------------------------------
@@ -136,6 +145,12 @@ class ActingMaster:
         await peers.call(addr, RequestCode.EXCHANGE_BROKER_HA_INFO, body)
         await self._wait(lambda: self._transferring(member_id), f"slave {member_id}'s HA handshake")
         snapshot = await peers.call(addr, RequestCode.GET_CONSUMER_META, {"handBack": True}, timeout=PULL_TIMEOUT_S)
+        timers = await peers.call(addr, RequestCode.GET_TIMER_CHECK_POINT, {}, timeout=PULL_TIMEOUT_S)
+        if timers and self.take_timer_checkpoint is not None:
+            self.take_timer_checkpoint(timers)
+        resolutions = await peers.call(addr, RequestCode.GET_TRANSACTION_RESOLUTIONS, {}, timeout=PULL_TIMEOUT_S)
+        if resolutions and self.take_resolutions is not None:
+            self.take_resolutions(resolutions)
         try:
             adopted = self.meta.adopt_if_newer(snapshot)
         except MetaRejected as exc:

@@ -1,5 +1,6 @@
 """The consumer half of ``MessagingService``: ReceiveMessage (pop), AckMessage,
-ChangeInvisibleDuration, QueryOffset, and the revive loop (brokers/pop.py has the rules).
+ChangeInvisibleDuration, QueryOffset, and the revive loop (brokers/pop.py has the rules; the orderly
+pop of FIFO topics, brokers/fifo.py).
 
 Who serves (brokers/metalog.py): the master, which writes a record of every change to its log
 before it answers, so an answered ack is on every in-sync replica; a slave acting as master while
@@ -9,29 +10,33 @@ its group has (forward.py)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable
 
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
-from isal.isal_zlib import crc32
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from ..fifo import SHARDING_KEY, is_orderly, max_attempts, plan_orderly_pop
 from ..meta import ConsumerMeta
 from ..metalog import MetaLog, MetaMode
-from ..pop import PopState, ReceiptHandle, dlq_topic, retry_topic
+from ..pop import PopState, ReceiptHandle, dlq_topic, now_ms, retry_topic
 from ..store.message import Message
 from ..store.store import MessageStore, PutMessageStatus
+from ..timer import TIMER_KEYS
 from ..topics import PERM_READ, PERM_WRITE, TopicConfig
 from .clients import client_language
 from .codes import send_code
 from .forward import Forwarder, NoServingBroker, ServeHere
+from .messages import client_message
 
 log = logging.getLogger("brokers.grpc")
 
-SYSTEM_KEYS = frozenset({"UNIQ_KEY", "TAGS", "KEYS", "BORN_HOST", "RECONSUME_TIME", "ORIGIN_TOPIC", "ORIGIN_QUEUE_ID"})
+SYSTEM_KEYS = frozenset(
+    {"UNIQ_KEY", "TAGS", "KEYS", "BORN_HOST", "RECONSUME_TIME", "ORIGIN_TOPIC", "ORIGIN_QUEUE_ID", SHARDING_KEY, *TIMER_KEYS}
+)
 REVIVE_INTERVAL_S = 0.5  # reviveInterval is 1 s in RocketMQ; half keeps redelivery close to the invisible time
 POLL_STEP_S = 0.05
 
@@ -86,11 +91,11 @@ class ConsumerSide:
     def serving(self) -> bool:
         return self.metalog.mode is not MetaMode.FOLLOWER
 
-    async def _record(self, kind: str, **fields: object) -> None:
-        """A change made: the master stores its record (NotStored if it could not), an acting
-        master moves its DataVersion."""
+    async def _record(self, kind: str, min_acks: int = 0, **fields: object) -> None:
+        """A change made: the master stores its record (NotStored if it could not; on ``min_acks``
+        replicas at least), an acting master moves its DataVersion."""
         if self.metalog.mode is MetaMode.WRITER:
-            result = await self.metalog.write(self.meta.record(kind, **fields))
+            result = await self.metalog.write(self.meta.record(kind, **fields), min_acks)
             if result.status is not PutMessageStatus.PUT_OK:
                 raise NotStored(result.status, result.detail)
         else:
@@ -138,19 +143,23 @@ class ConsumerSide:
         invisible_ms = _ms(request.invisible_duration) or 30_000
         # Answer before the client's own deadline (request timeout + await duration): keep a margin.
         deadline = asyncio.get_running_loop().time() + max(0.0, _ms(request.long_polling_timeout) / 1000 - 0.5)
+        orderly = self.orderly(topic)
         try:
             await self._ensure_group(group)
             while True:
-                popped = await self._pop_from(group, retry_topic(group, topic), 0, batch, invisible_ms, matches)
-                found = [(msg, handle, attempt, queue_id) for msg, handle, attempt in popped]
+                found = []
+                if not orderly:  # an orderly pop has no retry topic: it hands messages out again in place
+                    popped = await self._pop_from(group, retry_topic(group, topic), 0, batch, invisible_ms, matches)
+                    found = [(msg, handle, attempt, queue_id) for msg, handle, attempt in popped]
                 for qid in self._receive_order(topic, queue_id, bool(client_language(context))):
                     if len(found) >= batch:
                         break
-                    popped = await self._pop_from(group, topic, qid, batch - len(found), invisible_ms, matches)
+                    pop = self._pop_orderly if orderly else self._pop_from
+                    popped = await pop(group, topic, qid, batch - len(found), invisible_ms, matches)
                     found += [(msg, handle, attempt, qid) for msg, handle, attempt in popped]
                 if found or asyncio.get_running_loop().time() >= deadline or not self.serving:
                     break
-                await asyncio.sleep(POLL_STEP_S)
+                await self._until_new(group, topic)
         except NotStored as exc:
             yield spb.ReceiveMessageResponse(
                 status=_status(send_code(exc.status), f"pop not recorded: {exc.detail or exc.status}")
@@ -162,6 +171,19 @@ class ConsumerSide:
         yield spb.ReceiveMessageResponse(status=_status(pb.Code.OK))
         for msg, handle, attempt, qid in found:
             yield spb.ReceiveMessageResponse(message=self._client_message(msg, handle, attempt, invisible_ms, qid))
+
+    async def _until_new(self, group: str, topic: str) -> None:
+        """A long poll's pause: until a message arrives in the topic or its group's retry queue, or
+        POLL_STEP_S passed (what comes due again, an ack that unblocks a FIFO queue, is seen then)."""
+        loop = asyncio.get_running_loop()
+        config = self.topics.topics.get(topic)
+        queues = [(retry_topic(group, topic), 0)] + [(topic, q) for q in range(config.readQueueNums if config else 0)]
+        ends = [self.store.max_queue_offset(t, q) for t, q in queues]
+        until = loop.time() + POLL_STEP_S
+        while (left := until - loop.time()) > 0:
+            await self.store.wait_published(left)
+            if [self.store.max_queue_offset(t, q) for t, q in queues] != ends:
+                return
 
     def _receive_order(self, topic: str, queue_id: int, every_queue: bool) -> list[int]:
         """The queues a receive pops from. RocketMQ's proxy pops every queue of the broker (queue id
@@ -177,38 +199,98 @@ class ConsumerSide:
             return [queue_id]
         return [(queue_id + i) % readable for i in range(readable)]
 
+    def orderly(self, topic: str) -> bool:
+        """A group's receives from a FIFO topic are orderly (brokers/fifo.py: no per-group config)."""
+        config = self.topics.topics.get(topic)
+        return config is not None and is_orderly(config.message_type)
+
+    def fifo_topics(self) -> frozenset[str]:
+        """The topics whose receives are orderly: a consumer subscribed to one is told ``fifo`` (settings.py)."""
+        return frozenset(name for name, config in self.topics.topics.items() if is_orderly(config.message_type))
+
+    def _queue_lock(self, key: tuple[str, str, int]) -> contextlib.AbstractAsyncContextManager:
+        """What an ack or a ChangeInvisibleDuration holds: an orderly queue's pop lock (RocketMQ's
+        ackOrderly waits for the QueueLockManager's lock), so that a pop never decides on a state an
+        ack changes under it; nothing for other queues (their pops hand out nothing an ack changes)."""
+        if key in self.pop.queues and self.orderly(key[1]):
+            return self._locks[key]
+        return contextlib.nullcontext()
+
     async def _pop_from(self, group, topic, queue_id, count, invisible_ms, matches):
         async with self._locks[(group, topic, queue_id)]:
             if not self.serving:
                 return []
             await self._correct_overflow(group, topic, queue_id)
             state = self.pop.peek(group, topic, queue_id)
-            chosen, attempts, skipped = [], [], []
-            for offset, attempt in sorted(state.redeliver.items())[:count]:  # revived in place (acting master)
-                msgs = await self.store.get_messages(topic, queue_id, offset, 1)
-                if msgs and msgs[0].queue_offset == offset:
-                    chosen.append(msgs[0])
-                    attempts.append(attempt)
-                else:
-                    skipped.append(offset)  # gone from the store: nothing to deliver
-            if len(chosen) < count:
-                msgs = await self.store.get_messages(topic, queue_id, state.pop_offset, (count - len(chosen)) * 4)
-                for m in msgs:
-                    if len(chosen) == count:
-                        break
-                    if not matches(m.properties.get("TAGS")):
-                        skipped.append(m.queue_offset)
-                        continue
-                    chosen.append(m)
-                    attempts.append(int(m.properties.get("RECONSUME_TIME", "0")) + 1)
-            if not chosen and not skipped:
+            chosen, attempts, skipped = await self._read_again(topic, queue_id, sorted(state.redeliver.items())[:count])
+            if len(chosen) < count:  # revived in place above (acting master); new messages below
+                await self._read_new(topic, queue_id, state.pop_offset, count - len(chosen), matches, chosen, attempts, skipped)
+            return await self._hand_out(group, topic, queue_id, chosen, attempts, skipped, invisible_ms)
+
+    async def _pop_orderly(self, group, topic, queue_id, count, invisible_ms, matches):
+        """An orderly pop (brokers/fifo.py ``plan_orderly_pop``): nothing while a delivery of the
+        queue is invisible; else spent messages to the DLQ, the rest handed out again in place, then
+        new ones. The DLQ needs a log to write: an acting master hands every message out again."""
+        async with self._locks[(group, topic, queue_id)]:
+            if not self.serving:
                 return []
-            handles = self.pop.pop(group, topic, queue_id, [m.queue_offset for m in chosen], attempts, invisible_ms)
-            self.pop.finish(group, topic, queue_id, skipped)
-            flights = self.pop.queue(group, topic, queue_id).in_flight
-            entries = [[h.offset, flights[h.offset].deadline_ms, flights[h.offset].attempt, h.nonce] for h in handles]
-            await self._record("pop", group=group, topic=topic, queueId=queue_id, entries=entries, skipped=skipped)
-            return list(zip(chosen, handles, attempts, strict=True))
+            await self._correct_overflow(group, topic, queue_id)
+            writer = self.metalog.mode is MetaMode.WRITER
+            attempts_left = max_attempts(self.config.retryMaxTimes) if writer else None
+            plan = plan_orderly_pop(self.pop.peek(group, topic, queue_id), now_ms(), count, attempts_left)
+            if plan.blocked or plan.idle:
+                return []
+            spent, spent_attempts, skipped = await self._read_again(topic, queue_id, plan.dead)
+            for m, attempt in zip(spent, spent_attempts, strict=True):
+                if not await self._move_out(group, topic, queue_id, m, attempt, dead=True):
+                    return []  # not given up yet: nothing after it may go out
+            chosen, attempts, gone = await self._read_again(topic, queue_id, plan.again)
+            skipped += gone
+            if plan.new:
+                start = self.pop.peek(group, topic, queue_id).pop_offset
+                await self._read_new(topic, queue_id, start, plan.new, matches, chosen, attempts, skipped)
+            # lockInStrictMode: the queue's lock (what is in flight) is granted by a quorum of the group
+            quorum = self.config.totalReplicas // 2 + 1 if self.config.lockInStrictMode else 0
+            return await self._hand_out(group, topic, queue_id, chosen, attempts, skipped, invisible_ms, quorum)
+
+    async def _read_again(self, topic, queue_id, due) -> tuple[list[Message], list[int], list[int]]:
+        """The messages at ``due`` (offset, attempt), to hand out again: (messages, attempts, offsets gone)."""
+        chosen, attempts, skipped = [], [], []
+        for offset, attempt in due:
+            msgs = await self.store.get_messages(topic, queue_id, offset, 1)
+            if msgs and msgs[0].queue_offset == offset:
+                chosen.append(msgs[0])
+                attempts.append(attempt)
+            else:
+                skipped.append(offset)  # gone from the store: nothing to deliver
+        return chosen, attempts, skipped
+
+    async def _read_new(self, topic, queue_id, start, count, matches, chosen, attempts, skipped) -> None:
+        """Up to ``count`` new messages from ``start`` that the filter matches (added to ``chosen``),
+        the others to ``skipped`` (consumed without delivery)."""
+        msgs = await self.store.get_messages(topic, queue_id, start, count * 4)
+        taken = 0
+        for m in msgs:
+            if taken == count:
+                break
+            if not matches(m.properties.get("TAGS")):
+                skipped.append(m.queue_offset)
+                continue
+            chosen.append(m)
+            attempts.append(int(m.properties.get("RECONSUME_TIME", "0")) + 1)
+            taken += 1
+
+    async def _hand_out(self, group, topic, queue_id, chosen, attempts, skipped, invisible_ms, quorum=0):
+        """Put ``chosen`` in flight and ``skipped`` done, record it (on ``quorum`` replicas at least),
+        and pair each message with its handle."""
+        if not chosen and not skipped:
+            return []
+        handles = self.pop.pop(group, topic, queue_id, [m.queue_offset for m in chosen], attempts, invisible_ms)
+        self.pop.finish(group, topic, queue_id, skipped)
+        flights = self.pop.queue(group, topic, queue_id).in_flight
+        entries = [[h.offset, flights[h.offset].deadline_ms, flights[h.offset].attempt, h.nonce] for h in handles]
+        await self._record("pop", quorum, group=group, topic=topic, queueId=queue_id, entries=entries, skipped=skipped)
+        return list(zip(chosen, handles, attempts, strict=True))
 
     async def correct_overflows(self) -> None:
         """At a takeover: every offset beyond its queue's end is corrected before the queue grows
@@ -244,34 +326,13 @@ class ConsumerSide:
         self._committed(group, topic, queue_id, end, "offset_corrected")
 
     def _client_message(self, m: Message, handle: ReceiptHandle, attempt: int, invisible_ms: int, queue_id: int) -> pb.Message:
-        props = m.properties
-        born, stored = Timestamp(), Timestamp()
-        born.FromMilliseconds(m.born_timestamp)
-        stored.FromMilliseconds(m.store_timestamp)
-        sp = pb.SystemProperties(
-            keys=[k for k in props.get("KEYS", "").split(" ") if k],
-            message_id=props.get("UNIQ_KEY", ""),
-            body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=f"{crc32(m.body) & 0xFFFFFFFF:08X}"),
-            body_encoding=pb.Encoding.IDENTITY,
-            message_type=pb.MessageType.NORMAL,
-            born_timestamp=born,
-            born_host=props.get("BORN_HOST", ""),
-            store_timestamp=stored,
-            store_host=self.config.broker_addr,
-            receipt_handle=handle.encode(),
-            queue_id=queue_id,
-            queue_offset=m.queue_offset,
-            invisible_duration=Duration(seconds=invisible_ms // 1000, nanos=(invisible_ms % 1000) * 10**6),
-            delivery_attempt=attempt,
-        )
-        if "TAGS" in props:
-            sp.tag = props["TAGS"]
-        return pb.Message(
-            topic=pb.Resource(name=props.get("ORIGIN_TOPIC", m.topic)),
-            user_properties={k: v for k, v in props.items() if k not in SYSTEM_KEYS},
-            system_properties=sp,
-            body=m.body,
-        )
+        out = client_message(m, m.properties.get("ORIGIN_TOPIC", m.topic), queue_id, SYSTEM_KEYS)
+        sp = out.system_properties
+        sp.store_host = self.config.broker_addr
+        sp.receipt_handle = handle.encode()
+        sp.invisible_duration.CopyFrom(Duration(seconds=invisible_ms // 1000, nanos=(invisible_ms % 1000) * 10**6))
+        sp.delivery_attempt = attempt
+        return out
 
     # --- ack / invisible time ---------------------------------------------------------------------
 
@@ -279,21 +340,17 @@ class ConsumerSide:
         """Acks are answered OK only once their record is stored (on every in-sync replica)."""
         if not self.serving and (answer := await self._forward("AckMessage", request, context, spb.AckMessageResponse)):
             return answer
-        codes: list[pb.Status] = []
-        by_queue: dict[tuple[str, str, int], list[int]] = defaultdict(list)
-        waiting: list[tuple[int, tuple[str, str, int]]] = []
+        invalid = _status(pb.Code.INVALID_RECEIPT_HANDLE)
+        codes: list[pb.Status] = [invalid] * len(request.entries)
+        by_queue: dict[tuple[str, str, int], list[tuple[int, ReceiptHandle]]] = defaultdict(list)
         for i, e in enumerate(request.entries):
             handle = ReceiptHandle.decode(e.receipt_handle)
-            ok = handle is not None and handle.group == request.group.name and self.pop.ack(handle)
-            codes.append(_status(pb.Code.OK) if ok else _status(pb.Code.INVALID_RECEIPT_HANDLE))
-            if ok:
-                key = (handle.group, handle.topic, handle.queue_id)
-                by_queue[key].append(handle.offset)
-                waiting.append((i, key))
-        stored = dict(zip(by_queue, await asyncio.gather(*(self._finish_record(k, v) for k, v in by_queue.items())), strict=True))
-        for i, key in waiting:
-            if stored[key] is not None:
-                codes[i] = stored[key]
+            if handle is not None and handle.group == request.group.name:
+                by_queue[(handle.group, handle.topic, handle.queue_id)].append((i, handle))
+        answers = await asyncio.gather(*(self._ack_queue(key, [h for _, h in acks]) for key, acks in by_queue.items()))
+        for acks, statuses in zip(by_queue.values(), answers, strict=True):
+            for (i, _), status in zip(acks, statuses, strict=True):
+                codes[i] = status
         entries = [
             spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=code)
             for e, code in zip(request.entries, codes, strict=True)
@@ -303,14 +360,19 @@ class ConsumerSide:
             bad = _status(pb.Code.INVALID_RECEIPT_HANDLE, "unknown or expired receipt handle")
         return spb.AckMessageResponse(status=bad or _status(pb.Code.OK), entries=entries)
 
-    async def _finish_record(self, key: tuple[str, str, int], offsets: list[int]) -> pb.Status | None:
-        """None once stored; else the status every ack of that queue gets."""
-        group, topic, queue_id = key
-        try:
-            await self._record("finish", group=group, topic=topic, queueId=queue_id, offsets=offsets)
-        except NotStored as exc:
-            return _status(send_code(exc.status), f"ack not recorded: {exc.detail or exc.status}")
-        return None
+    async def _ack_queue(self, key: tuple[str, str, int], handles: list[ReceiptHandle]) -> list[pb.Status]:
+        """The acks of one queue, each OK once their record is stored (else the status they all get)."""
+        async with self._queue_lock(key):
+            acked = [self.pop.ack(h) for h in handles]
+            stored = _status(pb.Code.OK)
+            if any(acked):
+                group, topic, queue_id = key
+                offsets = [h.offset for h, ok in zip(handles, acked, strict=True) if ok]
+                try:
+                    await self._record("finish", group=group, topic=topic, queueId=queue_id, offsets=offsets)
+                except NotStored as exc:
+                    stored = _status(send_code(exc.status), f"ack not recorded: {exc.detail or exc.status}")
+        return [stored if ok else _status(pb.Code.INVALID_RECEIPT_HANDLE) for ok in acked]
 
     async def ChangeInvisibleDuration(self, request: spb.ChangeInvisibleDurationRequest, context):
         if not self.serving and (
@@ -320,29 +382,36 @@ class ConsumerSide:
                 answer.receipt_handle = request.receipt_handle
             return answer
         handle = ReceiptHandle.decode(request.receipt_handle)
-        new = self.pop.change_invisible(handle, _ms(request.invisible_duration)) if handle else None
-        if new is None:
-            return spb.ChangeInvisibleDurationResponse(
-                status=_status(pb.Code.INVALID_RECEIPT_HANDLE, "unknown or expired receipt handle"),
-                receipt_handle=request.receipt_handle,
-            )
-        flight = self.pop.queue(new.group, new.topic, new.queue_id).in_flight[new.offset]
-        try:
-            await self._record(
-                "invisible",
-                group=new.group,
-                topic=new.topic,
-                queueId=new.queue_id,
-                offset=new.offset,
-                deadlineMs=flight.deadline_ms,
-                nonce=new.nonce,
-            )
-        except NotStored as exc:
-            return spb.ChangeInvisibleDurationResponse(
-                status=_status(send_code(exc.status), f"not recorded: {exc.detail or exc.status}"),
-                receipt_handle=request.receipt_handle,
-            )
+        if handle is None:
+            return self._invalid_handle(request)
+        async with self._queue_lock((handle.group, handle.topic, handle.queue_id)):
+            new = self.pop.change_invisible(handle, _ms(request.invisible_duration))
+            if new is None:
+                return self._invalid_handle(request)
+            flight = self.pop.queue(new.group, new.topic, new.queue_id).in_flight[new.offset]
+            try:
+                await self._record(
+                    "invisible",
+                    group=new.group,
+                    topic=new.topic,
+                    queueId=new.queue_id,
+                    offset=new.offset,
+                    deadlineMs=flight.deadline_ms,
+                    nonce=new.nonce,
+                )
+            except NotStored as exc:
+                return spb.ChangeInvisibleDurationResponse(
+                    status=_status(send_code(exc.status), f"not recorded: {exc.detail or exc.status}"),
+                    receipt_handle=request.receipt_handle,
+                )
         return spb.ChangeInvisibleDurationResponse(status=_status(pb.Code.OK), receipt_handle=new.encode())
+
+    @staticmethod
+    def _invalid_handle(request: spb.ChangeInvisibleDurationRequest) -> spb.ChangeInvisibleDurationResponse:
+        return spb.ChangeInvisibleDurationResponse(
+            status=_status(pb.Code.INVALID_RECEIPT_HANDLE, "unknown or expired receipt handle"),
+            receipt_handle=request.receipt_handle,
+        )
 
     async def QueryOffset(self, request: spb.QueryOffsetRequest, context) -> spb.QueryOffsetResponse:
         """Min / max offset and search by time (reference §5.5: reads an acting master serves too)."""
@@ -391,7 +460,8 @@ class ConsumerSide:
         """Put every message whose invisible time passed into its retry topic (or the DLQ), then let
         it go from the queue: the put comes first, so a crash in between redelivers, never loses.
         Runs where special services run (reference §5.1): the master; an acting master, which cannot
-        write, delivers the message again from its own queue instead."""
+        write, delivers the message again from its own queue instead. Orderly queues (FIFO topics)
+        have no retry topic: their next pop hands the message out again in place (brokers/fifo.py)."""
         if self.metalog.mode is MetaMode.FOLLOWER:
             return 0
         if self.metalog.mode is MetaMode.ACTING:
@@ -403,28 +473,38 @@ class ConsumerSide:
             return len(expired)
         revived = 0
         for group, topic, queue_id, offset, attempt in self.pop.expired():
+            if self.orderly(topic):
+                continue  # handed out again in place by the queue's next orderly pop (or given up there)
             async with self._locks[(group, topic, queue_id)]:
+                flight = self.pop.peek(group, topic, queue_id).in_flight.get(offset)
+                if flight is None or flight.deadline_ms > now_ms():
+                    continue  # acked or made invisible again since
                 msgs = await self.store.get_messages(topic, queue_id, offset, 1)
                 if not msgs or msgs[0].queue_offset != offset:
                     continue
-                m = msgs[0]
-                origin = m.properties.get("ORIGIN_TOPIC", topic)
-                props = {**m.properties, "RECONSUME_TIME": str(attempt), "ORIGIN_TOPIC": origin}
-                target = dlq_topic(group) if attempt >= self.config.retryMaxTimes else retry_topic(group, origin)
-                self._ensure_topic(target)
-                result = await self.store.put_message(Message(target, 0, m.body, props, born_timestamp=m.born_timestamp))
-                if result.status is not PutMessageStatus.PUT_OK:
-                    log.warning("revive of %s/%d@%d failed: %s", topic, queue_id, offset, result.status)
-                    continue
-                self.pop.queue(group, topic, queue_id).finish(offset)
-                try:
-                    await self._record("finish", group=group, topic=topic, queueId=queue_id, offsets=[offset])
-                except NotStored as exc:
-                    log.warning(
-                        "revive of %s/%d@%d not recorded (%s); a new master revives it again", topic, queue_id, offset, exc
-                    )
-                revived += 1
+                dead = attempt >= self.config.retryMaxTimes
+                revived += await self._move_out(group, topic, queue_id, msgs[0], attempt, dead=dead)
         return revived
+
+    async def _move_out(self, group: str, topic: str, queue_id: int, m: Message, attempt: int, dead: bool) -> bool:
+        """Put ``m``, delivered ``attempt`` times, into the group's DLQ (``dead``) or its retry topic,
+        then let it go from the queue: the put comes first, so a crash in between redelivers, never
+        loses. The caller holds the queue's lock. False if the put failed (it stays where it is)."""
+        offset = m.queue_offset
+        origin = m.properties.get("ORIGIN_TOPIC", topic)
+        props = {**m.properties, "RECONSUME_TIME": str(attempt), "ORIGIN_TOPIC": origin}
+        target = dlq_topic(group) if dead else retry_topic(group, origin)
+        self._ensure_topic(target)
+        result = await self.store.put_message(Message(target, 0, m.body, props, born_timestamp=m.born_timestamp))
+        if result.status is not PutMessageStatus.PUT_OK:
+            log.warning("moving %s/%d@%d into %s failed: %s", topic, queue_id, offset, target, result.status)
+            return False
+        self.pop.queue(group, topic, queue_id).finish(offset)
+        try:
+            await self._record("finish", group=group, topic=topic, queueId=queue_id, offsets=[offset])
+        except NotStored as exc:
+            log.warning("revive of %s/%d@%d not recorded (%s); a new master revives it again", topic, queue_id, offset, exc)
+        return True
 
     def _ensure_topic(self, name: str) -> None:
         """A retry or DLQ topic exists in the topic configs (one queue, readable and writable, as

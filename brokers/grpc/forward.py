@@ -57,6 +57,12 @@ class Superseded(Exception):
     """Another master became known while a forward waited on this one."""
 
 
+def _collect(task: asyncio.Future) -> None:
+    """A call given up: its outcome is read, so that asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
 class Forwarder:
     def __init__(self, broker_name: str, own_grpc_addr: str, http: httpx.AsyncClient):
         self.broker_name = broker_name
@@ -144,10 +150,12 @@ class Forwarder:
             done, _ = await asyncio.wait((attempt, watch), return_when=asyncio.FIRST_COMPLETED)
         finally:
             watch.cancel()
+            if not attempt.done():  # superseded, or the caller itself was cancelled
+                attempt.cancel()
+                call.cancel()
+                attempt.add_done_callback(_collect)
         if attempt in done:
             return attempt.result()
-        attempt.cancel()
-        call.cancel()
         raise Superseded(addr)
 
     def stub(self, addr: str) -> rpc.MessagingServiceStub:

@@ -5,8 +5,10 @@ status, never a crash."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Callable
 
 import grpc
@@ -15,21 +17,35 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
+from controlplane.topic_attributes import (  # pure, standard library only
+    DEFAULT_MESSAGE_TYPE,
+    TopicMessageType,
+    accepted_message_types,
+    accepted_send_types,
+    type_conflict,
+)
+
 from ..config import BrokerConfig
+from ..escape import EscapeBridge
+from ..fifo import SHARDING_KEY, IllegalGroup, check_group, queue_of_group
 from ..meta import ConsumerMeta
 from ..metalog import MetaLog
 from ..store.message import Message
 from ..store.store import MessageStore, PutMessageStatus
+from ..timer import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, TIMER_OUT_MS, TimerRefused, delivery_due, into_wheel, now_ms
 from ..topics import TopicConfigManager
+from ..transaction import TRANSACTION_ID, TXN_KEYS, CheckRelay, Resolution, Transactions, TxnNotStored, TxnRefused, into_half
 from .clients import MULTI_ADDRESS_CLIENTS, ONE_REPLICA_PER_QUEUE_CLIENTS, client_language
 from .codes import permission, send_code
 from .consumer import ConsumerSide
 from .forward import Forwarder, NoServingBroker, ServeHere
+from .messages import client_message
 from .settings import MAX_BODY_SIZE, client_settings
 
 log = logging.getLogger("brokers.grpc")
 
 ROUTE_TIMEOUT_S = 3.0
+RELAY_STEP_S = 0.1  # how often a replica looks for transaction checks to relay
 
 
 def _status(code: int, message: str = "") -> pb.Status:
@@ -37,6 +53,33 @@ def _status(code: int, message: str = "") -> pb.Status:
 
 
 _OK = _status(pb.Code.OK)  # copied into each entry that carries it (protobuf messages are never shared)
+# Per topic message type (message.type): what its route's queues accept, and the MessageType values a
+# sent message may carry; computed once, so a send checks each message with one set lookup.
+_ROUTE_ACCEPTS = {t: [pb.MessageType.Value(a) for a in accepted_message_types(t)] for t in TopicMessageType}
+_SEND_ACCEPTS = {t: frozenset(pb.MessageType.Value(a) for a in accepted_send_types(t)) for t in TopicMessageType}
+
+
+def _refused_type(topic: str, topic_type: TopicMessageType, message_type: int) -> spb.SendMessageResponse:
+    name = pb.MessageType.Name(message_type) if message_type in pb.MessageType.values() else str(message_type)
+    status = _status(pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, type_conflict(topic, topic_type, name))
+    return spb.SendMessageResponse(status=status)
+
+
+def _conflict(detail: str) -> spb.SendMessageResponse:
+    return spb.SendMessageResponse(status=_status(pb.Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, detail))
+
+
+_RESOLUTIONS = {pb.TransactionResolution.COMMIT: Resolution.COMMIT, pb.TransactionResolution.ROLLBACK: Resolution.ROLLBACK}
+_HIDDEN = frozenset({"UNIQ_KEY", "TAGS", "KEYS", "BORN_HOST", *TXN_KEYS})
+
+
+def check_message(half: Message) -> pb.Message:
+    """A half message as a transaction check shows it to its producer (its real topic and queue, as
+    the proxy converts it)."""
+    props = half.properties
+    out = client_message(half, props.get(REAL_TOPIC, ""), int(props.get(REAL_QID, "0")), _HIDDEN)
+    out.system_properties.message_type = pb.MessageType.TRANSACTION
+    return out
 
 
 def _endpoints(addrs: list[str]) -> pb.Endpoints:
@@ -90,12 +133,34 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
             base_url=config.controlPlaneUrl, timeout=ROUTE_TIMEOUT_S, headers={"Authorization": f"Bearer {config.token}"}
         )
         self.forwarder = Forwarder(config.brokerName, config.grpc_addr, self._http)
+        self.escape = EscapeBridge(config.brokerName, self._http)  # an acting master's way out (RIP-32)
         # Whether a send goes to the group's master instead (a slave, or a broker without a role yet):
         # the broker decides (brokers/broker.py); by default nothing is forwarded.
         self.forwards_sends: Callable[[], bool] = lambda: False
+        self._producers: dict[str, list[asyncio.Queue]] = {}  # producer group -> Telemetry streams
+        self.transactions = Transactions(store, config.transactionTimeOut, config.transactionCheckMax)
+        self.check_relay = CheckRelay(store, self.relay_check)
+
+    async def transactions_forever(self, serving: Callable[[], bool]) -> None:
+        """Every replica relays the checks its log holds to the producers connected here; the serving
+        master (``serving()``) runs a check every transactionCheckInterval."""
+        last_check = time.monotonic()
+        while True:
+            await asyncio.sleep(RELAY_STEP_S)
+            try:
+                await self.check_relay.relay_new()
+                if not serving():
+                    self.transactions.loaded = False  # rebuilt from the log when this broker serves again
+                elif time.monotonic() - last_check >= self.config.transactionCheckInterval / 1000:
+                    last_check = time.monotonic()
+                    await self.transactions.check_once()
+            except Exception:  # never let the checks stop
+                log.exception("transaction check failed; retrying")
+                await asyncio.sleep(1)
 
     async def close(self) -> None:
         await self.forwarder.close()
+        await self.escape.close()
         await self._http.aclose()
 
     # --- routes ----------------------------------------------------------------------------------
@@ -127,6 +192,9 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
             return spb.QueryRouteResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, r.text[:200]))
         route = r.json()
         perms = {qd["brokerName"]: qd for qd in route["queueDatas"]}
+        # The topic's type as this broker knows it (the proxy asks the broker too); unknown here: NORMAL.
+        config = self.topics.topics.get(topic)
+        accepts = _ROUTE_ACCEPTS[DEFAULT_MESSAGE_TYPE if config is None else config.message_type]
         queues = []
         for bd in route["brokerDatas"]:
             replicas = replica_addrs(bd.get("brokerGrpcAddrs", {}))
@@ -150,7 +218,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                         id=qid,
                         permission=permission(perm),
                         broker=broker,
-                        accept_message_types=[pb.MessageType.NORMAL],
+                        accept_message_types=accepts,
                     )
                 )
         return spb.QueryRouteResponse(status=_status(pb.Code.OK), message_queues=queues)
@@ -162,11 +230,78 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator, context):
         """Settings exchange: every settings command is answered at once with an OK status and the
-        settings RocketMQ's proxy would answer (settings.py)."""
-        async for command in request_iterator:
-            if command.HasField("settings"):
-                settings = client_settings(command.settings, self.config.retryMaxTimes)
-                yield spb.TelemetryCommand(status=_status(pb.Code.OK), settings=settings)
+        settings RocketMQ's proxy would answer (settings.py). A producer's stream is kept under each
+        topic it publishes to (its producer group in gRPC), so that a transaction check can reach it
+        (``relay_check``)."""
+        out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        groups: set[str] = set()
+
+        async def read() -> None:
+            try:
+                async for command in request_iterator:
+                    if command.HasField("settings"):
+                        asked = command.settings
+                        out.put_nowait(
+                            spb.TelemetryCommand(
+                                status=_status(pb.Code.OK),
+                                settings=client_settings(asked, self.config.retryMaxTimes, self.fifo_topics()),
+                            )
+                        )
+                        if asked.HasField("publishing"):
+                            for topic in asked.publishing.topics:
+                                if topic.name not in groups:
+                                    groups.add(topic.name)
+                                    self._producers.setdefault(topic.name, []).append(out)
+            finally:
+                out.put_nowait(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (command := await out.get()) is not None:
+                yield command
+        finally:
+            reader.cancel()
+            for group in groups:
+                streams = self._producers.get(group, [])
+                if out in streams:
+                    streams.remove(out)
+                if not streams:
+                    self._producers.pop(group, None)
+
+    def relay_check(self, group: str, half: Message) -> bool:
+        """Ask a producer of ``group`` connected here about a transaction (RocketMQ's check through the
+        proxy: a Telemetry RecoverOrphanedTransactionCommand); False when none is connected here."""
+        streams = self._producers.get(group)
+        if not streams:
+            return False
+        streams.append(streams.pop(0))  # in turn
+        txn = half.properties.get(TRANSACTION_ID, "")
+        command = spb.RecoverOrphanedTransactionCommand(message=check_message(half), transaction_id=txn)
+        streams[-1].put_nowait(spb.TelemetryCommand(recover_orphaned_transaction_command=command))
+        return True
+
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context) -> spb.EndTransactionResponse:
+        """COMMIT or ROLLBACK a transaction (brokers/transaction.py); a slave forwards it to its master.
+        An unresolved answer to a check (resolution unspecified) leaves it to the next check."""
+        if self.forwards_sends():
+            try:
+                return await self.forwarder.unary("EndTransaction", request, context, self.forwards_sends)
+            except NoServingBroker as exc:
+                return spb.EndTransactionResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+            except ServeHere:
+                pass
+        if not request.transaction_id.strip():
+            return spb.EndTransactionResponse(status=_status(pb.Code.INVALID_TRANSACTION_ID, "transaction_id is blank"))
+        resolution = _RESOLUTIONS.get(request.resolution)
+        if resolution is None:
+            return spb.EndTransactionResponse(status=_status(pb.Code.OK, "unresolved: checked again later"))
+        try:
+            await self.transactions.end(request.transaction_id, request.topic.name, resolution)
+        except TxnRefused as exc:
+            return spb.EndTransactionResponse(status=_status(pb.Code.INVALID_TRANSACTION_ID, str(exc)))
+        except TxnNotStored as exc:
+            return spb.EndTransactionResponse(status=_status(send_code(exc.status), f"not resolved: {exc}"))
+        return spb.EndTransactionResponse(status=_OK)
 
     async def NotifyClientTermination(self, request, context) -> spb.NotifyClientTerminationResponse:
         return spb.NotifyClientTerminationResponse(status=_status(pb.Code.OK))
@@ -188,7 +323,8 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
             return spb.SendMessageResponse(status=_status(pb.Code.BAD_REQUEST, "no message"))
         topics, next_queue = self.topics.topics, self._next_queue
         stored, ids = [], []
-        checked_name, topic = None, None
+        txns: set[str] = set()
+        checked_name, topic, accepted = None, None, frozenset()
         for m in request.messages:
             name = m.topic.name
             if name != checked_name:
@@ -197,13 +333,15 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                     return spb.SendMessageResponse(status=_status(pb.Code.TOPIC_NOT_FOUND, f"topic {name} not found"))
                 if topic.writeQueueNums < 1 or not topic.perm & 2:
                     return spb.SendMessageResponse(status=_status(pb.Code.FORBIDDEN, f"topic {name} is not writeable"))
-                checked_name = name
+                checked_name, accepted = name, _SEND_ACCEPTS[topic.message_type]
             body = m.body
             if not body:
                 return spb.SendMessageResponse(status=_status(pb.Code.MESSAGE_BODY_EMPTY))
             if len(body) > MAX_BODY_SIZE:
                 return spb.SendMessageResponse(status=_status(pb.Code.MESSAGE_BODY_TOO_LARGE))
             sp = m.system_properties
+            if sp.message_type not in accepted:  # the proxy's DefaultTopicMessageTypeValidator
+                return _refused_type(name, topic.message_type, sp.message_type)
             user = m.user_properties
             props = dict(user) if user else {}
             props["UNIQ_KEY"] = message_id = sp.message_id
@@ -213,15 +351,35 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 props["KEYS"] = " ".join(sp.keys)
             props["BORN_HOST"] = sp.born_host
             born = sp.born_timestamp
-            stored.append(
-                Message(
-                    topic.topicName,
-                    next(next_queue) % topic.writeQueueNums,
-                    body,
-                    props,
-                    born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000,
-                )
+            group = sp.message_group
+            if group:  # FIFO: every message of its group to one queue (brokers/fifo.py)
+                try:
+                    check_group(group)
+                except IllegalGroup as exc:
+                    return spb.SendMessageResponse(status=_status(pb.Code.ILLEGAL_MESSAGE_GROUP, str(exc)))
+                props[SHARDING_KEY] = group
+                queue_id = queue_of_group(group, topic.writeQueueNums)
+            else:
+                queue_id = next(next_queue) % topic.writeQueueNums
+            msg = Message(
+                topic.topicName,
+                queue_id,
+                body,
+                props,
+                born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000,
             )
+            if sp.message_type == pb.MessageType.TRANSACTION:  # a half message until EndTransaction
+                if group or sp.HasField("delivery_timestamp"):
+                    return _conflict("a transactional message has no message group and no delivery time")
+                if TRANSACTION_ID not in props:  # (with it: committed at an acting master, escaped here)
+                    msg = into_half(msg, message_id)
+                    txns.add(message_id)
+            elif sp.HasField("delivery_timestamp"):
+                timed = self._timed(msg, sp.delivery_timestamp)
+                if isinstance(timed, spb.SendMessageResponse):
+                    return timed  # refused: nothing of the request is stored
+                msg = timed
+            stored.append(msg)
             ids.append(message_id)
         results = await self.store.put_messages(stored)
         response = spb.SendMessageResponse()
@@ -229,7 +387,10 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         first_bad = None
         for message_id, result in zip(ids, results, strict=True):
             if result.status is PutMessageStatus.PUT_OK:
-                add(status=_OK, message_id=message_id, offset=result.queue_offset)
+                if message_id in txns:  # the transaction id is the message id (RocketMQ's UNIQ_KEY)
+                    add(status=_OK, message_id=message_id, transaction_id=message_id, offset=result.queue_offset)
+                else:
+                    add(status=_OK, message_id=message_id, offset=result.queue_offset)
                 continue
             status = _status(send_code(result.status), result.detail)  # never OK: only PUT_OK maps to OK
             add(status=status, message_id=message_id, offset=max(0, result.queue_offset))
@@ -237,6 +398,26 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 first_bad = status
         response.status.CopyFrom(_OK if first_bad is None else first_bad)
         return response
+
+    def _timed(self, msg: Message, at) -> Message | spb.SendMessageResponse:
+        """A message with a delivery time (brokers/timer.py): kept in the timer queue until due, or
+        stored at once when due now, or when it went through a timer wheel already (``TIMER_OUT_MS``:
+        escaped by another broker set's acting master, brokers/escape.py); a refusal for a time in
+        the past or beyond timerMaxDelaySec."""
+        deliver_ms = at.seconds * 1000 + at.nanos // 1_000_000
+        if TIMER_OUT_MS in msg.properties:
+            msg.properties = {**msg.properties, TIMER_DELIVER_MS: str(deliver_ms)}
+            return msg
+        if not self.config.timerWheelEnable:
+            return spb.SendMessageResponse(
+                status=_status(pb.Code.NOT_IMPLEMENTED, "timer messages are off on this broker (timerWheelEnable=false)")
+            )
+        try:
+            due = delivery_due(deliver_ms, now_ms(), self.config.timerMaxDelaySec * 1000)
+        except TimerRefused as exc:
+            return spb.SendMessageResponse(status=_status(pb.Code.ILLEGAL_DELIVERY_TIME, str(exc)))
+        msg.properties = {**msg.properties, TIMER_DELIVER_MS: str(deliver_ms)}
+        return into_wheel(msg, due) if due is not None else msg
 
 
 async def serve(

@@ -6,6 +6,8 @@ polling without the subscription fields. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
@@ -24,8 +26,9 @@ def _duration(seconds: float) -> Duration:
     return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
 
 
-def client_settings(asked: pb.Settings, retry_max_times: int) -> pb.Settings:
-    """The client's settings with what the server decides filled in (``asked`` is not changed)."""
+def client_settings(asked: pb.Settings, retry_max_times: int, fifo_topics: Collection[str] = ()) -> pb.Settings:
+    """The client's settings with what the server decides filled in (``asked`` is not changed).
+    ``fifo_topics``: the topics whose receives are orderly (brokers/fifo.py ``is_orderly``)."""
     settings = pb.Settings()
     settings.CopyFrom(asked)
     if settings.client_type == pb.ClientType.PRODUCER or settings.HasField("publishing"):
@@ -43,7 +46,7 @@ def client_settings(asked: pb.Settings, retry_max_times: int) -> pb.Settings:
     elif settings.client_type in CONSUMERS or settings.HasField("subscription"):
         settings.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
         settings.subscription.long_polling_timeout.CopyFrom(_duration(LONG_POLLING_TIMEOUT_S))
-        settings.subscription.fifo = False
+        settings.subscription.fifo = subscribes_fifo(settings, fifo_topics)
         settings.backoff_policy.CopyFrom(
             pb.RetryPolicy(
                 max_attempts=retry_max_times + 1,
@@ -52,3 +55,14 @@ def client_settings(asked: pb.Settings, retry_max_times: int) -> pb.Settings:
         )
     settings.metric.on = False
     return settings
+
+
+def subscribes_fifo(settings: pb.Settings, fifo_topics: Collection[str]) -> bool:
+    """``subscription.fifo``: RocketMQ answers the group's consumeMessageOrderly; here receives from a
+    FIFO topic are orderly (brokers/fifo.py), so a SimpleConsumer subscribed to one is told so. A push
+    consumer is not: told fifo, the Python one forwards a failed message to the DLQ itself
+    (ForwardMessageToDeadLetterQueue, which this broker does not serve) instead of letting it come
+    again; it still receives each queue in order."""
+    if settings.client_type != pb.ClientType.SIMPLE_CONSUMER:
+        return False
+    return any(entry.topic.name in fifo_topics for entry in settings.subscription.subscriptions)

@@ -99,6 +99,7 @@ class MessageStore:
         self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
         self._flushes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-flush")  # ASYNC_FLUSH
         self._written: asyncio.Event | None = None  # set after each commit-log write: wakes the flusher
+        self._published: asyncio.Event | None = None  # set (and replaced) when consume-queue entries become readable
         self._queue: asyncio.Queue | None = None
         self._acks: asyncio.Queue | None = None  # (write job, batch, results) in log order
         self._write_slots: asyncio.Semaphore | None = None
@@ -194,6 +195,7 @@ class MessageStore:
         self._acks = asyncio.Queue()
         self._write_error = None
         self._written = asyncio.Event()
+        self._published = asyncio.Event()
         self._tasks = [
             loop.create_task(self._writer(), name="store-writer"),
             loop.create_task(self._acker(), name="store-acker"),
@@ -252,7 +254,8 @@ class MessageStore:
         self.confirm_offset = offset
         released = self._release()
         if released:
-            asyncio.get_running_loop().run_in_executor(self._io, self._write_entries, released)
+            job = asyncio.get_running_loop().run_in_executor(self._io, self._write_entries, released)
+            job.add_done_callback(lambda _: self._notify_published())
 
     def _release(self) -> Entries:
         out: Entries = []
@@ -270,9 +273,10 @@ class MessageStore:
     async def put_message(self, msg: Message) -> PutResult:
         return (await self.put_messages([msg]))[0]
 
-    async def put_messages(self, messages: list[Message]) -> list[PutResult]:
+    async def put_messages(self, messages: list[Message], min_acks: int = 0) -> list[PutResult]:
         """Store several messages (a batch send); one result each, in order. Illegal messages are
-        refused one by one; the others are written together."""
+        refused one by one; the others are written together. ``min_acks``: on at least this many
+        replicas (this one counted) besides what the replication settings ask (the lock quorum)."""
         if not self.running or self._queue is None:
             return [PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, detail="the store is not running")] * len(messages)
         refusal = self._refusal()
@@ -296,12 +300,14 @@ class MessageStore:
         fut = asyncio.get_running_loop().create_future()
         await self._queue.put((records, fut))
         stored = await fut
-        if gate is not None and (need_acks > 1 or need_acks < 0) and stored[-1].status is PutMessageStatus.PUT_OK:
+        if gate is not None and (need_acks > 1 or need_acks < 0 or min_acks > 1) and stored[-1].status is PutMessageStatus.PUT_OK:
             # §4.3: wait for replicas (needAckNums > 1, or -1: every SyncStateSet member); each send
             # waits for its own end offset, and one ack releases
             # every send it covers (pipelined, never a round trip per message).
             last = stored[-1]
             status = await gate.wait(last.physical_offset + last.size, need_acks)
+            if status is PutMessageStatus.PUT_OK and min_acks > 1:
+                status = await gate.wait(last.physical_offset + last.size, min_acks)
             if status is not PutMessageStatus.PUT_OK:
                 stored = [r._replace(status=status) if r.status is PutMessageStatus.PUT_OK else r for r in stored]
         if not rejects:
@@ -382,6 +388,24 @@ class MessageStore:
             self._written.set()
         for listener in list(self.write_listeners):
             listener()
+        self._notify_published()
+
+    def _notify_published(self) -> None:
+        published, self._published = self._published, asyncio.Event()
+        if published is not None:
+            published.set()
+
+    async def wait_published(self, timeout: float) -> None:
+        """Returns when consume-queue entries were published (of any queue: a long poll looks again)
+        or after ``timeout``."""
+        published = self._published
+        if published is None:
+            await asyncio.sleep(timeout)
+            return
+        try:
+            await asyncio.wait_for(published.wait(), timeout)
+        except TimeoutError:
+            pass
 
     def _place(self, records: list[Record]) -> tuple[list[PutResult], Writes, Entries]:
         """Give a batch of prepared records (``codec.prepare``) their physical and queue offsets and

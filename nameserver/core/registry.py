@@ -142,7 +142,9 @@ def decide_register(
             topic_perm = tc.perm
             if is_prime_slave and request.enable_acting_master:
                 topic_perm = P.without_write(topic_perm)
-            qd = QueueData(request.broker_name, tc.read_queue_nums, tc.write_queue_nums, topic_perm, tc.topic_sys_flag)
+            qd = QueueData(
+                request.broker_name, tc.read_queue_nums, tc.write_queue_nums, topic_perm, tc.topic_sys_flag, tc.attributes
+            )
             if queue_data.get(tc.topic_name) != qd:
                 new_queue_data[tc.topic_name] = qd
         if delete_topic_with_broker_registration and is_master and len(request.topic_configs) > 1:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 MASTER_ID = 0
@@ -27,6 +28,7 @@ class TopicConfig:
     write_queue_nums: int = 16
     perm: int = 6
     topic_sys_flag: int = 0
+    attributes: Mapping[str, str] = field(default_factory=dict)  # controlplane.topic_attributes; never mutated
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class QueueData:
     write_queue_nums: int
     perm: int
     topic_sys_flag: int = 0
+    # Ours: the broker set's topic attributes (message.type), as its master registered them or an
+    # operator set them; RocketMQ's QueueData has none (its proxy asks the broker). Never mutated.
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,32 @@ def test_a_follower_applies_records_from_the_log_and_logs_the_ones_it_refuses(tm
     run(scenario())
 
 
+def test_a_deposed_writer_without_a_base_asks_its_master_for_a_snapshot(tmp_path):
+    async def scenario():
+        store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20))
+        await store.start()
+        try:
+            (tmp_path / "m").mkdir()
+            metalog = MetaLog(store, meta_at(tmp_path / "m"))
+            asked: list[int] = []
+
+            async def ask() -> None:
+                asked.append(1)
+
+            metalog.request_snapshot = ask
+            await metalog.become_writer(state_version=1)
+            metalog.want_snapshot()
+            await metalog._store_snapshot()  # storing its own snapshot keeps the way to ask for one
+            metalog.become_follower()
+            metalog.based = False  # its log was cut at a handshake with the new master
+            await metalog._ask_for_snapshot()
+            assert asked == [1]
+        finally:
+            await store.shutdown()
+
+    run(scenario())
+
+
 def test_a_snapshot_older_than_the_replica_never_replaces_its_state(tmp_path):
     (tmp_path / "m").mkdir(), (tmp_path / "r").mkdir()
     master, replica = meta_at(tmp_path / "m"), meta_at(tmp_path / "r")

@@ -10,11 +10,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from brokers.topics import TopicConfig, TopicConfigManager
 from controlplane.models import ApiToken
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_replication import Replica, send, stop_all
@@ -93,6 +97,34 @@ def controller_replicas(tmp_path, base: str, token: str, names: tuple[str, ...],
         **extra,
     )
     return [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in names]
+
+
+@contextmanager
+def three_replicas(
+    tmp_path: Path, tag: str, topics: tuple[TopicConfig, ...] = (), **extra
+) -> Iterator[tuple[list[Replica], Replica, object, object]]:
+    """A control plane, Celery and three all-ack replicas of group-a (with ``topics`` besides the
+    test kit's; ``extra`` broker keys over these) in sync with a master taking writes: (replicas,
+    master, info, master_of). Everything is stopped on the way out."""
+    token = ApiToken.issue(f"{tag}-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue(f'{tag}-admin', 'admin')[1]}"}
+    with uvicorn_server() as base, celery_worker_and_beat():
+        settings = {"allAckInSyncStateSet": "true", "controllerHeartBeatTimeoutMills": 3000} | extra
+        replicas = controller_replicas(tmp_path, base, token, ("a", "b", "c"), **settings)
+        for r in replicas:
+            for topic in topics:
+                TopicConfigManager(r.root / "config" / "topics.json").update(topic)
+        info, master_of = group_views(base, admin, replicas)
+        try:
+            for r in replicas:
+                r.start()
+            wait_for(lambda: len(info().get("syncStateSet", [])) == 3, 60, "a master with all three replicas in sync")
+            master = master_of(info())
+            assert master is not None
+            wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
+            yield replicas, master, info, master_of
+        finally:
+            stop_all(*replicas)
 
 
 def start_in_sync(replicas: list[Replica], info, master_of) -> tuple[dict, Replica, Replica]:

@@ -23,40 +23,15 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from chaos.node_client import node_client_process
 from chaos.official_client import EventLog
-from controlplane.models import ApiToken
 from testkit.procs import Process
 from tests.e2e.test_broker_membership import wait_for
-from tests.e2e.test_failover import controller_replicas, group_views
+from tests.e2e.test_failover import three_replicas
 from tests.e2e.test_grpc_crash import received_by_a_new_consumer
-from tests.e2e.test_replication import Replica, send, stop_all
-from tests.procs import celery_worker_and_beat, uvicorn_server
+from tests.e2e.test_replication import send
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
 FOUR_QUEUES = "Replicated"  # testkit's topic (4 queues), as the other client tests use
-
-
-@contextmanager
-def three_replicas(tmp_path: Path, tag: str) -> Iterator[tuple[list[Replica], Replica, object, object]]:
-    """A control plane, Celery and three all-ack replicas of group-a in sync with a master taking
-    writes: (replicas, master, info, master_of). Everything is stopped on the way out."""
-    token = ApiToken.issue(f"{tag}-broker", "broker")[1]
-    admin = {"Authorization": f"Bearer {ApiToken.issue(f'{tag}-admin', 'admin')[1]}"}
-    with uvicorn_server() as base, celery_worker_and_beat():
-        replicas = controller_replicas(
-            tmp_path, base, token, ("a", "b", "c"), allAckInSyncStateSet="true", controllerHeartBeatTimeoutMills=3000
-        )
-        info, master_of = group_views(base, admin, replicas)
-        try:
-            for r in replicas:
-                r.start()
-            wait_for(lambda: len(info().get("syncStateSet", [])) == 3, 60, "a master with all three replicas in sync")
-            master = master_of(info())
-            assert master is not None
-            wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
-            yield replicas, master, info, master_of
-        finally:
-            stop_all(*replicas)
 
 
 @contextmanager

@@ -216,7 +216,9 @@ def test_unregister_of_the_master_strips_write_and_shows_an_acting_master(api):
     ok(api.patch(f"{NS}/config", {"supportActingMaster": True}, format="json"))
     assert ok(api.post(f"{NS}/brokers/unregister", {"clusterName": "c1", "brokerAddr": M}, format="json"))["unregistered"]
     route = ok(api.get(f"{NS}/routes/TopicA"))
-    assert route["queueDatas"] == [{"brokerName": "b1", "readQueueNums": 4, "writeQueueNums": 4, "perm": 4, "topicSysFlag": 0}]
+    assert route["queueDatas"] == [
+        {"brokerName": "b1", "readQueueNums": 4, "writeQueueNums": 4, "perm": 4, "topicSysFlag": 0, "attributes": {}}
+    ]
     (bd,) = route["brokerDatas"]
     assert bd["brokerAddrs"] == {"0": S1, "2": S2} and bd["actingMaster"] is True
     again = api.post(f"{NS}/brokers/unregister", {"clusterName": "c1", "brokerAddr": M}, format="json")

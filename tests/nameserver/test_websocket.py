@@ -217,11 +217,14 @@ def test_topic_created_through_the_api_is_pushed_to_the_sets_brokers(broker_toke
         ws = await connected(broker_token)
         await call(ws, "register", register_body(0, M))
         r = await sync_to_async(api.post)(
-            "/api/v1/nameserver/topics", {"topicName": "Orders", "clusterName": "c1", "perm": 6}, format="json"
+            "/api/v1/nameserver/topics",
+            {"topicName": "Orders", "clusterName": "c1", "perm": 6, "attributes": {"+message.type": "DELAY"}},
+            format="json",
         )
         assert r.status_code == 200
         push = await ws.receive_json_from(timeout=10)
         assert push["type"] == "update_topic" and push["payload"]["topicName"] == "Orders"
+        assert push["payload"]["attributes"] == {"message.type": "DELAY"}  # the whole set the broker stores
         await ws.disconnect()
 
     run(scenario)

@@ -1,0 +1,137 @@
+"""Escape (RIP-32, reference §5.2 EscapeBridge): what an acting master must deliver but cannot write
+to its own log (it is a slave of a dead master) goes to **another** master of the cluster.
+
+The target is a master of another broker set that has the message's topic, from the topic's route
+(the nameserver's, asked again after ``ROUTE_CACHE_S``); among several, the same one for a topic
+(a hash of the topic and this broker's name, as RocketMQ's ``floorMod(hash(topic + storeHost))``).
+Never a dead address: the route names only live masters. The message is sent over the target's
+client endpoint (gRPC SendMessage) as its producer sent it, with ``TIMER_OUT_MS`` kept: a message that
+already went through a timer wheel is stored at once (RocketMQ's rule); a committed transaction keeps
+``__transactionId__`` and is stored at once too (brokers/transaction.py). No target, or a refusal:
+PUT_TO_REMOTE_BROKER_FAIL, and the caller keeps the message for a later try.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+
+import grpc
+import httpx
+from google.protobuf.timestamp_pb2 import Timestamp
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+
+from .store.message import Message
+from .timer import TIMER_DELIVER_MS
+from .transaction import TRANSACTION_ID
+
+log = logging.getLogger("brokers.escape")
+
+ROUTE_CACHE_S = 1.0
+SEND_TIMEOUT_S = 3.0  # RocketMQ's escape send timeout
+PUT_TO_REMOTE_BROKER_FAIL = "PUT_TO_REMOTE_BROKER_FAIL"
+_CLIENT_KEYS = frozenset({"UNIQ_KEY", "TAGS", "KEYS", "BORN_HOST"})
+
+
+def escape_target(route: dict, topic: str, own_broker: str) -> str | None:
+    """The client endpoint of the master that takes ``topic``'s escaped messages: one of another
+    broker set, writable for the topic, chosen by a hash of the topic and this broker set."""
+    writable = {
+        qd["brokerName"] for qd in route.get("queueDatas", ()) if qd.get("writeQueueNums", 0) > 0 and qd.get("perm", 0) & 2
+    }
+    masters = sorted(
+        addr
+        for bd in route.get("brokerDatas", ())
+        if bd.get("brokerName") != own_broker
+        and bd.get("brokerName") in writable
+        and (addr := bd.get("brokerGrpcAddrs", {}).get("0"))
+    )
+    if not masters:
+        return None
+    return masters[zlib.crc32(f"{topic}{own_broker}".encode()) % len(masters)]
+
+
+def client_message(m: Message) -> pb.Message:
+    """``m`` as its producer sent it (a timer message with its delivery time and TIMER_OUT_MS)."""
+    props = m.properties
+    born = Timestamp()
+    born.FromMilliseconds(m.born_timestamp)
+    sp = pb.SystemProperties(
+        message_id=props.get("UNIQ_KEY", ""),
+        keys=[k for k in props.get("KEYS", "").split(" ") if k],
+        body_encoding=pb.Encoding.IDENTITY,
+        message_type=pb.MessageType.NORMAL,
+        born_timestamp=born,
+        born_host=props.get("BORN_HOST", ""),
+    )
+    if "TAGS" in props:
+        sp.tag = props["TAGS"]
+    deliver_ms = props.get(TIMER_DELIVER_MS, "")
+    if TRANSACTION_ID in props:  # a committed transaction: stored at once in its (TRANSACTION) topic
+        sp.message_type = pb.MessageType.TRANSACTION
+    elif deliver_ms.isdigit():
+        sp.message_type = pb.MessageType.DELAY
+        sp.delivery_timestamp.FromMilliseconds(int(deliver_ms))
+    user = {k: v for k, v in props.items() if k not in _CLIENT_KEYS and k != TIMER_DELIVER_MS}
+    return pb.Message(topic=pb.Resource(name=m.topic), user_properties=user, system_properties=sp, body=m.body)
+
+
+class EscapeBridge:
+    def __init__(self, own_broker: str, http: httpx.AsyncClient):
+        self.own_broker = own_broker
+        self.http = http
+        self._routes: dict[str, tuple[float, dict | None]] = {}
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self.escaped = 0
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+    async def _route(self, topic: str) -> dict | None:
+        cached = self._routes.get(topic)
+        if cached is not None and time.monotonic() - cached[0] < ROUTE_CACHE_S:
+            return cached[1]
+        try:
+            r = await self.http.get(f"/api/v1/nameserver/routes/{topic}", timeout=2.0)
+            route = r.json() if r.status_code == 200 else None
+        except httpx.HTTPError:
+            route = None
+        self._routes[topic] = (time.monotonic(), route)
+        return route
+
+    async def put(self, messages: list[Message]) -> list[str | None]:
+        """Send each message to another master: per message None (stored there) or why not
+        (PUT_TO_REMOTE_BROKER_FAIL and the reason)."""
+        by_target: dict[str, list[int]] = {}
+        out: list[str | None] = [None] * len(messages)
+        for i, m in enumerate(messages):
+            route = await self._route(m.topic)
+            target = escape_target(route, m.topic, self.own_broker) if route else None
+            if target is None:
+                out[i] = f"{PUT_TO_REMOTE_BROKER_FAIL}: no other master takes topic {m.topic}"
+            else:
+                by_target.setdefault(target, []).append(i)
+        for target, indexes in by_target.items():
+            channel = self._channels.get(target)
+            if channel is None:
+                channel = self._channels[target] = grpc.aio.insecure_channel(target)
+            request = spb.SendMessageRequest(messages=[client_message(messages[i]) for i in indexes])
+            try:
+                response = await rpc.MessagingServiceStub(channel).SendMessage(request, timeout=SEND_TIMEOUT_S)
+            except grpc.aio.AioRpcError as exc:
+                for i in indexes:
+                    out[i] = f"{PUT_TO_REMOTE_BROKER_FAIL}: {target} {exc.code().name}"
+                self._routes.pop(messages[indexes[0]].topic, None)
+                continue
+            entries = list(response.entries)
+            for n, i in enumerate(indexes):
+                status = entries[n].status if n < len(entries) else response.status
+                if status.code != pb.Code.OK:
+                    out[i] = f"{PUT_TO_REMOTE_BROKER_FAIL}: {target} {pb.Code.Name(status.code)} {status.message}"
+        self.escaped += sum(1 for o in out if o is None)
+        return out

@@ -1,0 +1,389 @@
+"""Transactional messages (issue 17; RocketMQ's TransactionalMessageServiceImpl, reference §7): half
+messages, EndTransaction, op records and the check of orphaned transactions, all kept in the commit
+log so that they replicate over the HA link like any message.
+
+- **A half message** (message type TRANSACTION) is stored in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with
+  its real topic and queue (``REAL_TOPIC`` / ``REAL_QID``), ``TRAN_MSG``, its producer group
+  (``PGROUP``: in gRPC, the topic) and its transaction id (``__transactionId__``: the client's message
+  id, which the send answers as ``transaction_id``). Consumers cannot see it.
+- **EndTransaction** (the serving master, ``Transactions.end``): COMMIT writes the message to its topic
+  and an op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0) **in one write**; ROLLBACK writes the op
+  record only. An op record names the transaction and its resolution. A second EndTransaction with
+  the same resolution (a retry whose first answer was lost, a forward given up for a new master) is
+  answered OK and changes nothing; an unknown transaction, or one of another topic, is refused
+  (INVALID_TRANSACTION_ID), nothing written.
+- **The check** (``Transactions.check_once``, every ``transactionCheckInterval``): a half message
+  unresolved for ``transactionTimeOut`` is put back (a copy with ``TRANSACTION_CHECK_TIMES`` + 1);
+  after ``transactionCheckMax`` checks it is discarded to ``TRANS_CHECK_MAX_TIME_TOPIC`` (with a
+  DISCARD op record). **Every replica** relays a put-back copy it finds in its log to a producer of
+  the group connected to it (``CheckRelay``: a Telemetry RecoverOrphanedTransactionCommand): the
+  official clients keep their Telemetry streams with whichever replicas their routes name, and the
+  producer's answer (EndTransaction, source SERVER_CHECK) reaches the master through any replica.
+- **A new master** rebuilds the index from its own copy of the log: every half message, less those
+  an op record resolved (``Transactions.load``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .store.message import Message
+from .store.store import MessageStore, PutMessageStatus
+from .timer import REAL_QID, REAL_TOPIC
+
+log = logging.getLogger("brokers.transaction")
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+# RocketMQ's property names (MessageConst)
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+TRANSACTION_ID = "__transactionId__"
+CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+TXN_KEYS = frozenset({TRAN_MSG, PGROUP, TRANSACTION_ID, CHECK_TIMES, REAL_TOPIC, REAL_QID})
+READ_BATCH = 1024
+RESOLVED_KEPT = 100_000  # resolved transactions remembered for idempotent answers
+CHECK_BATCH = 256  # put-back copies written together by a check run
+KEPT_MAX = 100_000  # unresolved half messages kept in memory as read (a commit reads nothing back)
+UNKNOWN_WAIT_S = 1.0  # an EndTransaction for a half message not readable yet waits this long for it
+
+
+class Resolution(StrEnum):
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    DISCARD = "DISCARD"  # checked transactionCheckMax times without an answer
+
+
+class TxnRefused(ValueError):
+    """An EndTransaction the broker refuses (INVALID_TRANSACTION_ID); nothing was written."""
+
+
+class TxnNotStored(RuntimeError):
+    """The resolution could not be written (not the master any more, no in-sync replica)."""
+
+    def __init__(self, status: PutMessageStatus, detail: str):
+        super().__init__(f"{status}: {detail}")
+        self.status, self.detail = status, detail
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# --- pure rules ----------------------------------------------------------------------------------
+
+
+def into_half(msg: Message, transaction_id: str) -> Message:
+    """The half message kept until its transaction is resolved."""
+    props = dict(msg.properties)
+    props[REAL_TOPIC], props[REAL_QID] = msg.topic, str(msg.queue_id)
+    props[TRAN_MSG], props[PGROUP], props[TRANSACTION_ID] = "true", msg.topic, transaction_id
+    return Message(HALF_TOPIC, 0, msg.body, props, flag=msg.flag, born_timestamp=msg.born_timestamp)
+
+
+def committed(half: Message) -> Message:
+    """The message a COMMIT writes to its topic (its id, body, properties and born time kept)."""
+    props = {k: v for k, v in half.properties.items() if k not in TXN_KEYS}
+    topic, qid = half.properties[REAL_TOPIC], int(half.properties[REAL_QID])
+    return Message(topic, qid, half.body, props, flag=half.flag, born_timestamp=half.born_timestamp)
+
+
+def escaped_commit(half: Message) -> Message:
+    """A committed message an acting master sends to another master (brokers/escape.py): it keeps
+    ``__transactionId__``, which only brokers set, so the master it goes to stores it at once."""
+    msg = committed(half)
+    msg.properties = {**msg.properties, TRANSACTION_ID: half.properties[TRANSACTION_ID]}
+    return msg
+
+
+def discarded(half: Message) -> Message:
+    return Message(DISCARD_TOPIC, 0, half.body, dict(half.properties), flag=half.flag, born_timestamp=half.born_timestamp)
+
+
+def checked_copy(half: Message) -> Message:
+    """The copy a check puts back (``TRANSACTION_CHECK_TIMES`` + 1): every replica relays it to a producer."""
+    props = dict(half.properties)
+    props[CHECK_TIMES] = str(check_times(half) + 1)
+    return Message(HALF_TOPIC, 0, half.body, props, flag=half.flag, born_timestamp=half.born_timestamp)
+
+
+def check_times(half: Message) -> int:
+    try:
+        return int(half.properties.get(CHECK_TIMES, "0"))
+    except ValueError:
+        return 0
+
+
+def op_record(transaction_id: str, resolution: Resolution, half_offset: int) -> Message:
+    body = json.dumps({"txn": transaction_id, "r": resolution.value, "half": half_offset}, separators=(",", ":")).encode()
+    return Message(OP_TOPIC, 0, body, {"TAGS": "d"})
+
+
+def parse_op(m: Message) -> tuple[str, Resolution] | None:
+    try:
+        raw = json.loads(m.body)
+        return str(raw["txn"]), Resolution(raw["r"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Half:
+    """The latest stored copy of an unresolved transaction's half message."""
+
+    offset: int
+    topic: str
+    message_id: str
+    stored_ms: int
+    checks: int
+
+
+def half_of(m: Message) -> tuple[str, Half] | None:
+    props = m.properties
+    txn = props.get(TRANSACTION_ID)
+    if not txn or REAL_TOPIC not in props:
+        return None
+    return txn, Half(m.queue_offset, props[REAL_TOPIC], props.get("UNIQ_KEY", ""), m.store_timestamp, check_times(m))
+
+
+def resolution_allowed(known: Half | None, done: Resolution | None, topic: str, asked: Resolution) -> bool:
+    """Whether an EndTransaction for ``topic`` asking ``asked`` is to be carried out (True) or
+    answered OK with nothing to do (False: resolved alike before); TxnRefused otherwise."""
+    if done is not None:
+        if done is asked:
+            return False
+        raise TxnRefused(f"the transaction was resolved before ({done.value}), not {asked.value}")
+    if known is None:
+        raise TxnRefused("no such transaction is waiting on this broker set (unknown, or resolved long ago)")
+    if known.topic != topic:
+        raise TxnRefused(f"the transaction belongs to topic {known.topic}, not {topic}")
+    return True
+
+
+def check_action(half: Half, now: int, timeout_ms: int, check_max: int) -> str | None:
+    """What a check run does with an unresolved half message: None (too young), "check" (put a copy
+    back for the producer to be asked), or "discard" (asked ``check_max`` times already)."""
+    if now - half.stored_ms < timeout_ms:
+        return None
+    return "discard" if half.checks >= check_max else "check"
+
+
+# --- the serving master -----------------------------------------------------------------------------
+
+
+Escape = Callable[[list[Message]], Awaitable[list[str | None]]]
+
+
+class Transactions:
+    """The index of unresolved transactions and their resolution; used while this broker is the
+    serving master (``load`` on each takeover), or acts for a dead one with escape (``escape`` set: a
+    commit goes to another master, resolutions stay here, ``acting_ops``, until the returning master
+    takes them back, ``adopted``, and records them in its log)."""
+
+    def __init__(self, store: MessageStore, timeout_ms: int, check_max: int):
+        self.store = store
+        self.timeout_ms = timeout_ms
+        self.check_max = check_max
+        self.pending: dict[str, Half] = {}
+        self.resolved: OrderedDict[str, Resolution] = OrderedDict()
+        self._half_cursor = 0
+        self._op_cursor = 0
+        self._busy: dict[str, asyncio.Future] = {}  # transactions being resolved: their outcome
+        self._reading = asyncio.Lock()  # one reader of the log at a time (the index is shared)
+        self._kept: dict[int, Message] = {}  # half-queue offset -> the half message, while unresolved
+        self.loaded = False
+        self.escape: Escape | None = None
+        self.acting_ops: dict[str, Resolution] = {}  # resolved while acting (not in any log yet)
+        self.adopted: dict[str, Resolution] = {}  # an acting master's, taken back at pre-online
+
+    async def load(self) -> None:
+        """Rebuild from this broker's log: every half message, less those an op record resolved
+        (once, however many calls wait for it); then record what an acting master resolved while
+        this broker was away (taken back at pre-online) before anything is checked."""
+        async with self._reading:
+            if self.loaded:
+                return
+            self.pending.clear()
+            self.resolved.clear()
+            self._kept.clear()
+            self._half_cursor = self._op_cursor = 0
+            await self.store.settled()
+            await self._read_new()
+            taken = [(txn, r) for txn, r in self.adopted.items() if txn not in self.resolved]
+            if taken and self.escape is None:
+                ops = [op_record(txn, r, self.pending[txn].offset if txn in self.pending else -1) for txn, r in taken]
+                await self._write(ops)
+                for txn, r in taken:
+                    self._remember(txn, r)
+                log.info("transactions: %d resolved by the acting master recorded", len(taken))
+            if self.escape is None:
+                self.adopted.clear()
+            self.loaded = True
+        log.info("transactions: %d unresolved, %d resolved in the log", len(self.pending), len(self.resolved))
+
+    async def _catch_up(self) -> None:
+        """Read what the log got since the last read (one reader at a time: the others find it read)."""
+        if not self.loaded:
+            await self.load()
+        async with self._reading:
+            await self._read_new()
+
+    async def _read_new(self) -> None:
+        self._half_cursor = await self._read(HALF_TOPIC, self._half_cursor, self._take_half)
+        self._op_cursor = await self._read(OP_TOPIC, self._op_cursor, self._take_op)
+
+    async def _read(self, topic: str, cursor: int, take: Callable[[Message], None]) -> int:
+        while True:
+            end = self.store.max_queue_offset(topic, 0)
+            if cursor >= end:
+                return cursor
+            batch = await self.store.get_messages(topic, 0, cursor, READ_BATCH)
+            if not batch:
+                cursor = min(end, cursor + READ_BATCH)
+                continue
+            for m in batch:
+                take(m)
+            cursor = batch[-1].queue_offset + 1
+
+    def _take_half(self, m: Message) -> None:
+        found = half_of(m)
+        if found is not None and found[0] not in self.resolved:
+            before = self.pending.get(found[0])
+            if before is not None:  # a check's copy replaces it
+                self._kept.pop(before.offset, None)
+            self.pending[found[0]] = found[1]
+            if len(self._kept) < KEPT_MAX:
+                self._kept[found[1].offset] = m
+
+    def _take_op(self, m: Message) -> None:
+        op = parse_op(m)
+        if op is not None:
+            self._remember(*op)
+
+    def _remember(self, txn: str, resolution: Resolution) -> None:
+        half = self.pending.pop(txn, None)
+        if half is not None:
+            self._kept.pop(half.offset, None)
+        self.resolved[txn] = resolution
+        self.resolved.move_to_end(txn)
+        while len(self.resolved) > RESOLVED_KEPT:
+            self.resolved.popitem(last=False)
+
+    async def end(self, transaction_id: str, topic: str, resolution: Resolution) -> None:
+        """Carry out an EndTransaction. TxnRefused (nothing written) or TxnNotStored. One at a time
+        per transaction (a client's, a forwarded copy's, answers to checks relayed by every replica)."""
+        while (busy := self._busy.get(transaction_id)) is not None:  # the same one under way: its outcome first
+            await asyncio.shield(busy)
+        done = self._busy[transaction_id] = asyncio.get_running_loop().create_future()
+        try:
+            await self._end(transaction_id, topic, resolution)
+        finally:
+            del self._busy[transaction_id]
+            done.set_result(None)
+
+    async def _end(self, transaction_id: str, topic: str, resolution: Resolution) -> None:
+        await self._catch_up()
+        deadline = time.monotonic() + UNKNOWN_WAIT_S
+        while transaction_id not in self.pending and transaction_id not in self.resolved and time.monotonic() < deadline:
+            # stored a moment ago: its send may be answered before its queue entry is readable
+            await self.store.wait_published(0.05)
+            await self._catch_up()
+        if not resolution_allowed(self.pending.get(transaction_id), self.resolved.get(transaction_id), topic, resolution):
+            return
+        half = self.pending[transaction_id]
+        kept = self._kept.get(half.offset)
+        stored = [kept] if kept is not None else await self.store.get_messages(HALF_TOPIC, 0, half.offset, 1)
+        if not stored or stored[0].queue_offset != half.offset:
+            raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, f"half message {half.offset} is not in the log")
+        if self.escape is not None:  # acting for a dead master: the commit goes to another one
+            if resolution is Resolution.COMMIT:
+                why = (await self.escape([escaped_commit(stored[0])]))[0]
+                if why is not None:
+                    raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, why)
+            self.acting_ops[transaction_id] = resolution
+        else:
+            writes = [op_record(transaction_id, resolution, half.offset)]
+            if resolution is Resolution.COMMIT:
+                writes.insert(0, committed(stored[0]))
+            await self._write(writes)
+        self._remember(transaction_id, resolution)
+
+    async def _write(self, messages: list[Message]) -> None:
+        results = await self.store.put_messages(messages)
+        bad = next((r for r in results if r.status is not PutMessageStatus.PUT_OK), None)
+        if bad is not None:
+            raise TxnNotStored(bad.status, bad.detail)
+
+    async def check_once(self) -> tuple[int, int]:
+        """One check run: put back a copy of every transaction unresolved for ``timeout_ms`` (every
+        replica relays it to a producer), discard those checked ``check_max`` times; written in
+        batches of CHECK_BATCH. (checked, discarded)."""
+        await self._catch_up()
+        now = now_ms()
+        due = []
+        for txn, half in list(self.pending.items()):
+            action = check_action(half, now, self.timeout_ms, self.check_max)
+            if action is not None:
+                due.append((txn, half, action))
+        checked = discarded_n = 0
+        for start in range(0, len(due), CHECK_BATCH):
+            writes: list[Message] = []
+            dropped: list[str] = []
+            for txn, half, action in due[start : start + CHECK_BATCH]:
+                if txn in self._busy or txn not in self.pending:
+                    continue  # being resolved right now
+                kept = self._kept.get(half.offset)
+                stored = [kept] if kept is not None else await self.store.get_messages(HALF_TOPIC, 0, half.offset, 1)
+                if not stored or stored[0].queue_offset != half.offset:
+                    continue
+                if action == "discard":
+                    writes += [discarded(stored[0]), op_record(txn, Resolution.DISCARD, half.offset)]
+                    dropped.append(txn)
+                else:
+                    writes.append(checked_copy(stored[0]))
+                    checked += 1
+            if writes:
+                await self._write(writes)
+            for txn in dropped:
+                self._remember(txn, Resolution.DISCARD)
+            discarded_n += len(dropped)
+        await self._catch_up()  # the copies just written are the ones now waiting
+        if discarded_n:
+            log.warning("%d transactions discarded to %s after %d checks", discarded_n, DISCARD_TOPIC, self.check_max)
+        return checked, discarded_n
+
+
+class CheckRelay:
+    """Every replica: relays each put-back copy that appears in its log to a producer of the group
+    connected here (``send(group, half) -> bool``: False when none is)."""
+
+    def __init__(self, store: MessageStore, send: Callable[[str, Message], bool]):
+        self.store = store
+        self.send = send
+        self.cursor: int | None = None
+        self.relayed = 0
+
+    async def relay_new(self) -> int:
+        end = self.store.max_queue_offset(HALF_TOPIC, 0)
+        if self.cursor is None:  # started (or restarted): only what comes from now on
+            self.cursor = end
+        sent = 0
+        while self.cursor < end:
+            batch = await self.store.get_messages(HALF_TOPIC, 0, self.cursor, READ_BATCH)
+            if not batch:
+                self.cursor = min(end, self.cursor + READ_BATCH)
+                continue
+            for m in batch:
+                if check_times(m) > 0 and self.send(m.properties.get(PGROUP, ""), m):
+                    sent += 1
+            self.cursor = batch[-1].queue_offset + 1
+        self.relayed += sent
+        return sent

@@ -1,0 +1,160 @@
+"""Transactional messages (brokers/transaction.py): the rules table-tested (half message in and out,
+op records, which EndTransaction is carried out, refused or answered with nothing to do, when a check
+puts a copy back or discards), then the index on a real store: commit and rollback are one write
+each and idempotent, a new master rebuilds what is unresolved from the log, the check puts copies
+back and discards after transactionCheckMax, and a replica relays only the put-back copies."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from brokers.store.message import Message
+from brokers.store.store import MessageStore, PutMessageStatus, StoreConfig
+from brokers.transaction import (
+    CHECK_TIMES,
+    DISCARD_TOPIC,
+    HALF_TOPIC,
+    OP_TOPIC,
+    PGROUP,
+    TRANSACTION_ID,
+    CheckRelay,
+    Half,
+    Resolution,
+    Transactions,
+    TxnRefused,
+    check_action,
+    check_times,
+    checked_copy,
+    committed,
+    half_of,
+    into_half,
+    op_record,
+    parse_op,
+    resolution_allowed,
+)
+
+pytestmark = pytest.mark.unit
+
+HALF = Half(offset=3, topic="Pay", message_id="m1", stored_ms=1_000, checks=0)
+
+
+def test_a_half_message_keeps_its_topic_and_queue_and_commits_back_to_them():
+    msg = Message("Pay", 2, b"body", {"UNIQ_KEY": "m1", "TAGS": "t", "k": "v"}, born_timestamp=5)
+    half = into_half(msg, "m1")
+    assert (half.topic, half.queue_id) == (HALF_TOPIC, 0)
+    assert half.properties[TRANSACTION_ID] == "m1" and half.properties[PGROUP] == "Pay"
+    back = committed(half)
+    assert (back.topic, back.queue_id, back.body, back.born_timestamp) == ("Pay", 2, b"body", 5)
+    assert dict(back.properties) == {"UNIQ_KEY": "m1", "TAGS": "t", "k": "v"}
+    copy = checked_copy(checked_copy(half))
+    assert check_times(copy) == 2 and copy.properties[CHECK_TIMES] == "2" and copy.topic == HALF_TOPIC
+    assert half_of(msg) is None  # not a half message
+
+
+def test_an_op_record_names_its_transaction_and_resolution():
+    assert parse_op(op_record("m1", Resolution.COMMIT, 3)) == ("m1", Resolution.COMMIT)
+    assert parse_op(Message(OP_TOPIC, 0, b"not json", {})) is None
+    assert parse_op(Message(OP_TOPIC, 0, b'{"txn":"m1","r":"MAYBE"}', {})) is None
+
+
+@pytest.mark.parametrize(
+    "known, done, topic, asked, want",
+    [
+        (HALF, None, "Pay", Resolution.COMMIT, True),
+        (HALF, None, "Pay", Resolution.ROLLBACK, True),
+        (None, Resolution.COMMIT, "Pay", Resolution.COMMIT, False),  # a retry: OK, nothing to do
+        (None, Resolution.COMMIT, "Pay", Resolution.ROLLBACK, "resolved before"),
+        (None, None, "Pay", Resolution.COMMIT, "no such transaction"),
+        (HALF, None, "Other", Resolution.COMMIT, "belongs to topic Pay"),
+    ],
+)
+def test_which_end_transaction_is_carried_out(known, done, topic, asked, want):
+    if isinstance(want, str):
+        with pytest.raises(TxnRefused, match=want):
+            resolution_allowed(known, done, topic, asked)
+    else:
+        assert resolution_allowed(known, done, topic, asked) is want
+
+
+@pytest.mark.parametrize(
+    "checks, now, want",
+    [(0, 1_500, None), (0, 7_000, "check"), (14, 7_000, "check"), (15, 7_000, "discard")],
+)
+def test_a_check_waits_for_the_timeout_and_discards_after_the_maximum(checks, now, want):
+    half = Half(offset=3, topic="Pay", message_id="m1", stored_ms=1_000, checks=checks)
+    assert check_action(half, now, timeout_ms=6_000, check_max=15) == want
+
+
+def run(coro):
+    return asyncio.new_event_loop().run_until_complete(coro)
+
+
+async def messages(store: MessageStore, topic: str) -> list[Message]:
+    return await store.get_messages(topic, 0, 0, 1000)
+
+
+def half_message(i: int) -> Message:
+    return into_half(Message("Pay", i % 2, f"b{i}".encode(), {"UNIQ_KEY": f"m{i}"}), f"m{i}")
+
+
+def test_commit_and_rollback_are_written_once_and_a_new_master_sees_what_is_left(tmp_path):
+    async def scenario():
+        store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20))
+        await store.start()
+        try:
+            assert all(r.status is PutMessageStatus.PUT_OK for r in await store.put_messages([half_message(i) for i in range(4)]))
+            master = Transactions(store, timeout_ms=6_000, check_max=15)
+            await master.end("m0", "Pay", Resolution.COMMIT)
+            await master.end("m0", "Pay", Resolution.COMMIT)  # a retry: nothing more written
+            await master.end("m1", "Pay", Resolution.ROLLBACK)
+            with pytest.raises(TxnRefused):
+                await master.end("m1", "Pay", Resolution.COMMIT)
+            with pytest.raises(TxnRefused):
+                await master.end("m2", "Other", Resolution.COMMIT)  # another topic's
+            with pytest.raises(TxnRefused):
+                await master.end("nope", "Pay", Resolution.COMMIT)
+            assert [m.body for m in await store.get_messages("Pay", 0, 0, 10)] == [b"b0"]
+            assert await store.get_messages("Pay", 1, 0, 10) == []
+            assert [parse_op(m) for m in await messages(store, OP_TOPIC)] == [
+                ("m0", Resolution.COMMIT),
+                ("m1", Resolution.ROLLBACK),
+            ]
+
+            again = Transactions(store, timeout_ms=6_000, check_max=15)  # a new master, same log
+            await again.load()
+            assert set(again.pending) == {"m2", "m3"} and again.resolved == {"m0": Resolution.COMMIT, "m1": Resolution.ROLLBACK}
+            await again.end("m0", "Pay", Resolution.COMMIT)  # forwarded twice across the takeover: still once
+            assert len(await store.get_messages("Pay", 0, 0, 10)) == 1
+        finally:
+            await store.shutdown()
+
+    run(scenario())
+
+
+def test_a_check_puts_copies_back_for_the_producers_and_discards_after_the_maximum(tmp_path):
+    async def scenario():
+        store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20))
+        await store.start()
+        try:
+            relayed: list[tuple[str, Message]] = []
+            relay = CheckRelay(store, lambda group, half: relayed.append((group, half)) is None)
+            await relay.relay_new()  # starts at the log's end
+            await store.put_messages([half_message(i) for i in range(2)])
+            master = Transactions(store, timeout_ms=0, check_max=2)
+            assert await master.check_once() == (2, 0)
+            assert await relay.relay_new() == 2  # the copies, not the original half messages
+            assert {(g, h.properties[TRANSACTION_ID], check_times(h)) for g, h in relayed} == {("Pay", "m0", 1), ("Pay", "m1", 1)}
+            await master.end("m0", "Pay", Resolution.COMMIT)  # the producer answered for m0
+            assert await master.check_once() == (1, 0)
+            assert await master.check_once() == (0, 1)  # m1: asked twice, no answer
+            discarded = await messages(store, DISCARD_TOPIC)
+            assert [m.properties[TRANSACTION_ID] for m in discarded] == ["m1"]
+            assert master.pending == {} and master.resolved["m1"] is Resolution.DISCARD
+            assert len(await store.get_messages("Pay", 0, 0, 10)) == 1  # m0 committed once; m1 never
+            assert await store.get_messages("Pay", 1, 0, 10) == []
+        finally:
+            await store.shutdown()
+
+    run(scenario())

@@ -1,0 +1,110 @@
+"""Timer (delay) messages with the official Python client (issue 17) on three all-ack replicas in
+controller mode: a message sent with a delivery time arrives at that time and not before, carrying
+its delivery time; timers due after a kill -9 of the master arrive from the new master, each once;
+a delivery time in the past or beyond timerMaxDelaySec is refused with ILLEGAL_DELIVERY_TIME and
+nothing is stored."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
+from rocketmq import Message as ClientMessage
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.v5.exception import BadRequestException
+
+from brokers.topics import TopicConfig
+from tests.e2e.test_broker_membership import wait_for
+from tests.e2e.test_failover import iter_messages, three_replicas
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+
+TOPIC = "Delayed"
+DELAY_TOPIC = TopicConfig(TOPIC, 4, 4, 6, attributes={"message.type": "DELAY"})
+
+
+def access_of(replicas) -> str:
+    return ";".join(f"127.0.0.1:{r.grpc_port}" for r in replicas)
+
+
+def send_timers(producer: Producer, count: int, deliver_s: int, tag: str) -> set[str]:
+    """``count`` messages due at ``deliver_s`` (epoch seconds: the client's unit); their ids."""
+    ids = set()
+    for i in range(count):
+        msg = ClientMessage()
+        msg.topic, msg.body, msg.delivery_timestamp = TOPIC, f"{tag}-{i}".encode(), deliver_s
+        ids.add(producer.send(msg).message_id)
+    return ids
+
+
+def receive(access: str, group: str, wanted: set[str], timeout_s: float) -> dict[str, list[tuple[float, int | None]]]:
+    """Receive and ack until every id in ``wanted`` came or ``timeout_s`` passed: per id, each
+    delivery's (time received, delivery timestamp in ms the broker gave)."""
+    consumer = SimpleConsumer(ClientConfiguration(access, Credentials()), group, {TOPIC: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    got: dict[str, list[tuple[float, int | None]]] = {}
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not wanted <= got.keys() and time.monotonic() < deadline:
+            for m in consumer.receive(32, 30):
+                got.setdefault(m.message_id, []).append((time.time(), m.delivery_timestamp))
+                consumer.ack(m)
+    finally:
+        consumer.shutdown()
+    return got
+
+
+def timers_sent(access: str, count: int, deliver_s: int, tag: str) -> set[str]:
+    """An official Producer sends ``count`` messages due at ``deliver_s``; their ids."""
+    producer = Producer(ClientConfiguration(access, Credentials()), (TOPIC,))
+    producer.startup()
+    try:
+        return send_timers(producer, count, deliver_s, tag)
+    finally:
+        producer.shutdown()
+
+
+def test_a_delayed_message_arrives_at_its_time_and_not_before(tmp_path):
+    with three_replicas(tmp_path, "tm-a", topics=(DELAY_TOPIC,)) as (replicas, _, _, _):
+        access = access_of(replicas)
+        deliver_s = int(time.time()) + 4
+        ids = timers_sent(access, 20, deliver_s, "a")
+        got = receive(access, "tm-a", ids, 60)
+        assert got.keys() == ids
+        for deliveries in got.values():
+            assert len(deliveries) == 1
+            received_at, delivery_ms = deliveries[0]
+            assert received_at >= deliver_s, f"received {deliver_s - received_at:.3f} s before its time"
+            assert delivery_ms == deliver_s * 1000  # the consumer sees the time it was due
+
+
+def test_timers_due_after_a_kill_9_of_the_master_come_from_the_new_master_once(tmp_path):
+    with three_replicas(tmp_path, "tm-b", topics=(DELAY_TOPIC,)) as (replicas, master, info, master_of):
+        access = access_of(replicas)
+        deliver_s = int(time.time()) + 8
+        ids = timers_sent(access, 30, deliver_s, "b")
+        master.stop(signal.SIGKILL)  # before they are due: the new master's wheel has them
+        wait_for(lambda: master_of(info()) not in (None, master), 30, "the election")
+        assert time.time() < deliver_s, "the election came after the timers were due: nothing was shown"
+        survivors = access_of([r for r in replicas if r is not master])
+        got = receive(survivors, "tm-b", ids, 60)
+        assert got.keys() == ids, f"{len(ids - got.keys())} timers lost"
+        assert all(len(d) == 1 for d in got.values()), "a timer was delivered twice"
+        assert all(at >= deliver_s for d in got.values() for at, _ in d)
+
+
+@pytest.mark.parametrize("offset_s", [-10, 4 * 86_400])
+def test_a_delivery_time_in_the_past_or_beyond_the_maximum_is_refused_and_nothing_stored(tmp_path, offset_s):
+    with three_replicas(tmp_path, f"tm-c{offset_s}", topics=(DELAY_TOPIC,)) as (replicas, _, _, _):
+        access = access_of(replicas)
+        with pytest.raises(BadRequestException) as refused:
+            timers_sent(access, 1, int(time.time()) + offset_s, "bad")
+        assert refused.value.code == pb.Code.ILLEGAL_DELIVERY_TIME
+        ok = timers_sent(access, 1, int(time.time()), "now")  # due now: at once
+        got = receive(access, f"tm-c{offset_s}", ok, 30)
+        assert got.keys() == ok
+    for r in replicas:  # stopped: the refused message is in no replica's log, in no topic
+        bodies = {m.body for m in iter_messages(r)}
+        assert b"now-0" in bodies and b"bad-0" not in bodies
