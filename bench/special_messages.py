@@ -177,7 +177,7 @@ import threading
 import time
 import traceback
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -1009,21 +1009,44 @@ class FailoverTrial:
         }
 
 
+def failover_parts(bed: Bed, topic: str, message_type: str, group: str, load_prefix: str):
+    """What a failover phase runs on: its topic (created), a control-plane client, the paced load of
+    normal messages that tells when the new master writes (ids ``load_prefix``...), and the
+    consumers of ``group`` on the topic: (api, load, consumers)."""
+    h = bed.h
+    bed.create_topic(topic, message_type)
+    api = h.new_api()
+    load = Producer(TOPIC, lambda: h.resolve(api), rate=LOAD_RATE, batch=4, id_prefix=load_prefix)
+    return api, load, bed.consumers(topic, group, invisible_s=10.0)
+
+
+def trial_masters(bed: Bed, load) -> Iterator[tuple[int, object]]:
+    """Starts the load; then, for each of ``--kills`` trials, once the group is whole again: the
+    trial's number and the master to kill."""
+    load.start()
+    wait_until(lambda: load.stats.acks, 30, "the first acknowledged write of the load")
+    for i in range(bed.args.kills):
+        wait_until(bed.whole, WHOLE_TIMEOUT_S, "the group whole before a trial")
+        yield i, bed.h.master_node()
+
+
+def kill_figures(prefix: str, records: list) -> dict:
+    """The medians of a failover phase's kill -9 trials: election, first write on the new master, heal."""
+    return {
+        f"{prefix}_election_s_median": median([r.detect_s for r in records if r.detect_s is not None]),
+        f"{prefix}_first_write_s_median": median([r.rto_s for r in records if r.rto_s is not None]),
+        f"{prefix}_heal_s_median": median([r.heal_s for r in records if r.heal_s is not None]),
+    }
+
+
 def timer_failover_phase(bed: Bed) -> dict:
     h, args = bed.h, bed.args
-    bed.create_topic(FAILOVER_TOPIC, "DELAY")
     body = os.urandom(args.body_size)
-    api = h.new_api()
-    load = Producer(TOPIC, lambda: h.resolve(api), rate=LOAD_RATE, batch=4, id_prefix="L")
-    consumers = bed.consumers(FAILOVER_TOPIC, "special-timers-failover", invisible_s=10.0)
+    api, load, consumers = failover_parts(bed, FAILOVER_TOPIC, "DELAY", "special-timers-failover", "L")
     trials: list[FailoverTrial] = []
     problems: list[str] = []
     try:
-        load.start()
-        wait_until(lambda: load.stats.acks, 30, "the first acknowledged write of the load")
-        for i in range(args.kills):
-            wait_until(bed.whole, WHOLE_TIMEOUT_S, "the group whole before a trial")
-            master = h.master_node()
+        for i, master in trial_masters(bed, load):
             ids = message_ids(f"F{i:02d}", args.failover_timers)
             lo, hi = FAILOVER_DUE_S
             due_ms = spread_due(ids, int((time.time() + lo) * 1000), int((hi - lo) * 1000), seed=i)
@@ -1068,9 +1091,7 @@ def timer_failover_phase(bed: Bed) -> dict:
         "timer_failover_accepted": len(accepted),
         "timer_failover_send_failures": dict(sum((Counter(t.send_failures) for t in trials), Counter())),
         **{f"timer_failover_{k}": v for k, v in f.items()},
-        "timer_failover_election_s_median": median([r.detect_s for r in records if r.detect_s is not None]),
-        "timer_failover_first_write_s_median": median([r.rto_s for r in records if r.rto_s is not None]),
-        "timer_failover_heal_s_median": median([r.heal_s for r in records if r.heal_s is not None]),
+        **kill_figures("timer_failover", records),
         "timer_failover_receive_failures": dict(record.receive_failures),
         "timer_failover_acks_given_up": record.acks_given_up,
         "timer_failover_problems": problems + [f"trial {i + 1}: {p}" for i, r in enumerate(records) for p in r.problems],
@@ -1263,19 +1284,12 @@ class TxnFailoverTrial:
 
 def txn_failover_phase(bed: Bed) -> dict:
     h, args = bed.h, bed.args
-    bed.create_topic(TXN_FAILOVER_TOPIC, "TRANSACTION")
     body = os.urandom(args.body_size)
-    api = h.new_api()
-    load = Producer(TOPIC, lambda: h.resolve(api), rate=LOAD_RATE, batch=4, id_prefix="Y")
-    consumers = bed.consumers(TXN_FAILOVER_TOPIC, "special-txn-failover", invisible_s=10.0)
+    api, load, consumers = failover_parts(bed, TXN_FAILOVER_TOPIC, "TRANSACTION", "special-txn-failover", "Y")
     trials: list[TxnFailoverTrial] = []
     problems: list[str] = []
     try:
-        load.start()
-        wait_until(lambda: load.stats.acks, 30, "the first acknowledged write of the load")
-        for i in range(args.kills):
-            wait_until(bed.whole, WHOLE_TIMEOUT_S, "the group whole before a trial")
-            master = h.master_node()
+        for i, master in trial_masters(bed, load):
             slaves = [n.grpc_addr for n in h.nodes if n is not master]
             ids = message_ids(f"Z{i:02d}", args.failover_txns)
             requests = send_requests(TXN_FAILOVER_TOPIC, ids, body, args.batch, transaction=True)
@@ -1337,9 +1351,7 @@ def txn_failover_phase(bed: Bed) -> dict:
         "txn_failover_half_failures": dict(sum((t.run.half_failures for t in trials), Counter())),
         **{f"txn_failover_{k}": v for k, v in f.items() if k != "lost_commits"},
         **spread("txn_failover_end_ms", [ms for t in trials for ms in t.run.end_ms]),
-        "txn_failover_election_s_median": median([r.detect_s for r in records if r.detect_s is not None]),
-        "txn_failover_first_write_s_median": median([r.rto_s for r in records if r.rto_s is not None]),
-        "txn_failover_heal_s_median": median([r.heal_s for r in records if r.heal_s is not None]),
+        **kill_figures("txn_failover", records),
         "txn_failover_receive_failures": dict(record.receive_failures),
         "txn_failover_acks_given_up": record.acks_given_up,
         "txn_failover_problems": problems
@@ -1743,9 +1755,7 @@ def fifo_failover_phase(bed: Bed) -> dict:
         "fifo_group_mismatch": consumers.group_mismatch,
         "fifo_failover_trials": len(records),
         "fifo_failover_failed_trials": sum(1 for t in trials if t.record is None or t.record.problems),
-        "fifo_failover_election_s_median": median([r.detect_s for r in records if r.detect_s is not None]),
-        "fifo_failover_first_write_s_median": median([r.rto_s for r in records if r.rto_s is not None]),
-        "fifo_failover_heal_s_median": median([r.heal_s for r in records if r.heal_s is not None]),
+        **kill_figures("fifo_failover", records),
         "fifo_receive_failures": dict(record.receive_failures),
         "fifo_ack_failures": dict(record.ack_failures),
         "fifo_acks_given_up": record.acks_given_up,

@@ -54,6 +54,11 @@ RESOLVED_KEPT = 100_000  # resolved transactions remembered for idempotent answe
 CHECK_BATCH = 256  # put-back copies written together by a check run
 KEPT_MAX = 100_000  # unresolved half messages kept in memory as read (a commit reads nothing back)
 UNKNOWN_WAIT_S = 1.0  # an EndTransaction for a half message not readable yet waits this long for it
+# Statuses of a write that is in this broker's log although it was not acknowledged (replicas or the
+# disk did not answer in time): written again, a commit would be stored twice.
+WRITTEN_UNCONFIRMED = frozenset(
+    {PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE, PutMessageStatus.FLUSH_DISK_TIMEOUT}
+)
 
 
 class Resolution(StrEnum):
@@ -196,9 +201,12 @@ class Transactions:
         self.resolved: OrderedDict[str, Resolution] = OrderedDict()
         self._half_cursor = 0
         self._op_cursor = 0
-        self._busy: dict[str, asyncio.Future] = {}  # transactions being resolved: their outcome
+        self._busy: dict[str, asyncio.Future] = {}  # transactions being resolved: the task resolving each
         self._reading = asyncio.Lock()  # one reader of the log at a time (the index is shared)
         self._kept: dict[int, Message] = {}  # half-queue offset -> the half message, while unresolved
+        # resolutions written to this log but not acknowledged: never written again here; resolved
+        # once their op record is readable (replicated), or forgotten when the index is rebuilt
+        self.unconfirmed: dict[str, Resolution] = {}
         self.loaded = False
         self.escape: Escape | None = None
         self.acting_ops: dict[str, Resolution] = {}  # resolved while acting (not in any log yet)
@@ -214,6 +222,7 @@ class Transactions:
             self.pending.clear()
             self.resolved.clear()
             self._kept.clear()
+            self.unconfirmed.clear()
             self._half_cursor = self._op_cursor = 0
             await self.store.settled()
             await self._read_new()
@@ -269,6 +278,7 @@ class Transactions:
             self._remember(*op)
 
     def _remember(self, txn: str, resolution: Resolution) -> None:
+        self.unconfirmed.pop(txn, None)
         half = self.pending.pop(txn, None)
         if half is not None:
             self._kept.pop(half.offset, None)
@@ -279,15 +289,24 @@ class Transactions:
 
     async def end(self, transaction_id: str, topic: str, resolution: Resolution) -> None:
         """Carry out an EndTransaction. TxnRefused (nothing written) or TxnNotStored. One at a time
-        per transaction (a client's, a forwarded copy's, answers to checks relayed by every replica)."""
+        per transaction (a client's, a forwarded copy's, answers to checks relayed by every replica),
+        and carried through even when its caller goes away (a forward given up, a client's deadline):
+        a write cut off half way could not tell whether it was stored."""
         while (busy := self._busy.get(transaction_id)) is not None:  # the same one under way: its outcome first
-            await asyncio.shield(busy)
-        done = self._busy[transaction_id] = asyncio.get_running_loop().create_future()
-        try:
-            await self._end(transaction_id, topic, resolution)
-        finally:
+            try:
+                await asyncio.shield(busy)
+            except (TxnRefused, TxnNotStored):
+                pass  # answered to its own caller; this one looks again
+        task = asyncio.ensure_future(self._end(transaction_id, topic, resolution))
+        self._busy[transaction_id] = task
+        task.add_done_callback(lambda done: self._finished(transaction_id, done))
+        await asyncio.shield(task)
+
+    def _finished(self, transaction_id: str, task: asyncio.Future) -> None:
+        if self._busy.get(transaction_id) is task:
             del self._busy[transaction_id]
-            done.set_result(None)
+        if not task.cancelled():
+            task.exception()  # read, also when its caller went away
 
     async def _end(self, transaction_id: str, topic: str, resolution: Resolution) -> None:
         await self._catch_up()
@@ -296,6 +315,11 @@ class Transactions:
             # stored a moment ago: its send may be answered before its queue entry is readable
             await self.store.wait_published(0.05)
             await self._catch_up()
+        written = self.unconfirmed.get(transaction_id)
+        if written is not None and transaction_id not in self.resolved:
+            if written is not resolution:
+                raise TxnRefused(f"the transaction was resolved before ({written.value}), not {resolution.value}")
+            raise TxnNotStored(PutMessageStatus.FLUSH_SLAVE_TIMEOUT, "written, not yet on the replicas: ask again")
         if not resolution_allowed(self.pending.get(transaction_id), self.resolved.get(transaction_id), topic, resolution):
             return
         half = self.pending[transaction_id]
@@ -313,7 +337,12 @@ class Transactions:
             writes = [op_record(transaction_id, resolution, half.offset)]
             if resolution is Resolution.COMMIT:
                 writes.insert(0, committed(stored[0]))
-            await self._write(writes)
+            try:
+                await self._write(writes)
+            except TxnNotStored as exc:
+                if exc.status in WRITTEN_UNCONFIRMED:
+                    self.unconfirmed[transaction_id] = resolution
+                raise
         self._remember(transaction_id, resolution)
 
     async def _write(self, messages: list[Message]) -> None:
@@ -338,8 +367,8 @@ class Transactions:
             writes: list[Message] = []
             dropped: list[str] = []
             for txn, half, action in due[start : start + CHECK_BATCH]:
-                if txn in self._busy or txn not in self.pending:
-                    continue  # being resolved right now
+                if txn in self._busy or txn not in self.pending or txn in self.unconfirmed:
+                    continue  # being resolved right now, or resolved and not replicated yet
                 kept = self._kept.get(half.offset)
                 stored = [kept] if kept is not None else await self.store.get_messages(HALF_TOPIC, 0, half.offset, 1)
                 if not stored or stored[0].queue_offset != half.offset:
