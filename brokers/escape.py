@@ -19,11 +19,11 @@ import zlib
 
 import grpc
 import httpx
-from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
+from .grpc.messages import client_message
 from .store.message import Message
 from .timer import TIMER_DELIVER_MS
 from .transaction import TRANSACTION_ID
@@ -33,7 +33,7 @@ log = logging.getLogger("brokers.escape")
 ROUTE_CACHE_S = 1.0
 SEND_TIMEOUT_S = 3.0  # RocketMQ's escape send timeout
 PUT_TO_REMOTE_BROKER_FAIL = "PUT_TO_REMOTE_BROKER_FAIL"
-_CLIENT_KEYS = frozenset({"UNIQ_KEY", "TAGS", "KEYS", "BORN_HOST"})
+_HIDDEN = frozenset({"UNIQ_KEY", "TAGS", "KEYS", "BORN_HOST", TIMER_DELIVER_MS})  # carried as system properties
 
 
 def escape_target(route: dict, topic: str, own_broker: str) -> str | None:
@@ -54,29 +54,13 @@ def escape_target(route: dict, topic: str, own_broker: str) -> str | None:
     return masters[zlib.crc32(f"{topic}{own_broker}".encode()) % len(masters)]
 
 
-def client_message(m: Message) -> pb.Message:
-    """``m`` as its producer sent it (a timer message with its delivery time and TIMER_OUT_MS)."""
-    props = m.properties
-    born = Timestamp()
-    born.FromMilliseconds(m.born_timestamp)
-    sp = pb.SystemProperties(
-        message_id=props.get("UNIQ_KEY", ""),
-        keys=[k for k in props.get("KEYS", "").split(" ") if k],
-        body_encoding=pb.Encoding.IDENTITY,
-        message_type=pb.MessageType.NORMAL,
-        born_timestamp=born,
-        born_host=props.get("BORN_HOST", ""),
-    )
-    if "TAGS" in props:
-        sp.tag = props["TAGS"]
-    deliver_ms = props.get(TIMER_DELIVER_MS, "")
-    if TRANSACTION_ID in props:  # a committed transaction: stored at once in its (TRANSACTION) topic
-        sp.message_type = pb.MessageType.TRANSACTION
-    elif deliver_ms.isdigit():
-        sp.message_type = pb.MessageType.DELAY
-        sp.delivery_timestamp.FromMilliseconds(int(deliver_ms))
-    user = {k: v for k, v in props.items() if k not in _CLIENT_KEYS and k != TIMER_DELIVER_MS}
-    return pb.Message(topic=pb.Resource(name=m.topic), user_properties=user, system_properties=sp, body=m.body)
+def escaped_message(m: Message) -> pb.Message:
+    """``m`` as its producer sent it: a timer message with its delivery time and TIMER_OUT_MS, a
+    committed transaction with ``__transactionId__`` (as the TRANSACTION type its topic takes)."""
+    out = client_message(m, m.topic, m.queue_id, _HIDDEN)
+    if TRANSACTION_ID in m.properties:
+        out.system_properties.message_type = pb.MessageType.TRANSACTION
+    return out
 
 
 class EscapeBridge:
@@ -85,7 +69,6 @@ class EscapeBridge:
         self.http = http
         self._routes: dict[str, tuple[float, dict | None]] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
-        self.escaped = 0
 
     async def close(self) -> None:
         for channel in self._channels.values():
@@ -120,7 +103,7 @@ class EscapeBridge:
             channel = self._channels.get(target)
             if channel is None:
                 channel = self._channels[target] = grpc.aio.insecure_channel(target)
-            request = spb.SendMessageRequest(messages=[client_message(messages[i]) for i in indexes])
+            request = spb.SendMessageRequest(messages=[escaped_message(messages[i]) for i in indexes])
             try:
                 response = await rpc.MessagingServiceStub(channel).SendMessage(request, timeout=SEND_TIMEOUT_S)
             except grpc.aio.AioRpcError as exc:
@@ -133,5 +116,4 @@ class EscapeBridge:
                 status = entries[n].status if n < len(entries) else response.status
                 if status.code != pb.Code.OK:
                     out[i] = f"{PUT_TO_REMOTE_BROKER_FAIL}: {target} {pb.Code.Name(status.code)} {status.message}"
-        self.escaped += sum(1 for o in out if o is None)
         return out

@@ -229,7 +229,6 @@ class TimerService:
         self._escape: Escape | None = None
         self.adopted: Checkpoint | None = None  # an acting master's, taken back at pre-online
         self.escaped_any = False
-        self.delivered = 0
         self._failing_since: float | None = None
 
     @property
@@ -346,7 +345,6 @@ class TimerService:
             self._enqueued_at.pop(o, None)
         if not failed:
             self.checkpoint = cp
-            self.delivered += len(out)
             self._failing_since = None
             return
         # Not written (not the master any more, no in-sync replica, no master to escape to): due again
@@ -354,7 +352,6 @@ class TimerService:
         for due_ms, offset in failed:
             self.wheel.add(offset, due_ms)
             self._enqueued_at[offset] = now
-        self.delivered += len(out) - len(failed)
         mono = time.monotonic()
         if self._failing_since is None or mono - self._failing_since > RETRY_LOG_S:
             self._failing_since = mono

@@ -146,7 +146,6 @@ class Half:
 
     offset: int
     topic: str
-    message_id: str
     stored_ms: int
     checks: int
 
@@ -156,7 +155,7 @@ def half_of(m: Message) -> tuple[str, Half] | None:
     txn = props.get(TRANSACTION_ID)
     if not txn or REAL_TOPIC not in props:
         return None
-    return txn, Half(m.queue_offset, props[REAL_TOPIC], props.get("UNIQ_KEY", ""), m.store_timestamp, check_times(m))
+    return txn, Half(m.queue_offset, props[REAL_TOPIC], m.store_timestamp, check_times(m))
 
 
 def resolution_allowed(known: Half | None, done: Resolution | None, topic: str, asked: Resolution) -> bool:
@@ -398,7 +397,6 @@ class CheckRelay:
         self.store = store
         self.send = send
         self.cursor: int | None = None
-        self.relayed = 0
 
     async def relay_new(self) -> int:
         end = self.store.max_queue_offset(HALF_TOPIC, 0)
@@ -414,5 +412,4 @@ class CheckRelay:
                 if check_times(m) > 0 and self.send(m.properties.get(PGROUP, ""), m):
                     sent += 1
             self.cursor = batch[-1].queue_offset + 1
-        self.relayed += sent
         return sent

@@ -107,12 +107,13 @@ class ConsumerSide:
             self.meta.groups.add(group)
             await self._record("group", group=group)
 
-    async def _forward(self, method: str, request, context, empty):
-        """A slave hands a consumer call to its group's serving broker (forward.py); nobody there
-        in time: INTERNAL_SERVER_ERROR, which the clients retry (``empty``: the response type).
-        None when this broker was elected meanwhile: the caller serves it."""
+    async def _forward(self, method: str, request, context, empty, forwarding: Callable[[], bool] | None = None):
+        """A slave hands a call to its group's serving broker (forward.py); nobody there in time:
+        INTERNAL_SERVER_ERROR, which the clients retry (``empty``: the response type). None when
+        this broker serves it after all (elected meanwhile: ``forwarding()`` turned false; by
+        default, while it does not serve consumers)."""
         try:
-            return await self.forwarder.unary(method, request, context, lambda: not self.serving)
+            return await self.forwarder.unary(method, request, context, forwarding or (lambda: not self.serving))
         except NoServingBroker as exc:
             return empty(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
         except ServeHere:

@@ -38,7 +38,7 @@ from ..transaction import TRANSACTION_ID, TXN_KEYS, CheckRelay, Resolution, Tran
 from .clients import MULTI_ADDRESS_CLIENTS, ONE_REPLICA_PER_QUEUE_CLIENTS, client_language
 from .codes import permission, send_code
 from .consumer import ConsumerSide
-from .forward import Forwarder, NoServingBroker, ServeHere
+from .forward import Forwarder
 from .messages import client_message
 from .settings import MAX_BODY_SIZE, client_settings
 
@@ -283,13 +283,10 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
     async def EndTransaction(self, request: spb.EndTransactionRequest, context) -> spb.EndTransactionResponse:
         """COMMIT or ROLLBACK a transaction (brokers/transaction.py); a slave forwards it to its master.
         An unresolved answer to a check (resolution unspecified) leaves it to the next check."""
-        if self.forwards_sends():
-            try:
-                return await self.forwarder.unary("EndTransaction", request, context, self.forwards_sends)
-            except NoServingBroker as exc:
-                return spb.EndTransactionResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
-            except ServeHere:
-                pass
+        if self.forwards_sends() and (
+            answer := await self._forward("EndTransaction", request, context, spb.EndTransactionResponse, self.forwards_sends)
+        ):
+            return answer
         if not request.transaction_id.strip():
             return spb.EndTransactionResponse(status=_status(pb.Code.INVALID_TRANSACTION_ID, "transaction_id is blank"))
         resolution = _RESOLUTIONS.get(request.resolution)
@@ -312,13 +309,10 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         """Validate every message (a batch is refused whole on the first bad one, as the proxy does),
         store them in one call, answer one entry per message. Runs once per message sent: field reads
         are hoisted, a batch's topic is checked once, and OK entries share one status."""
-        if self.forwards_sends():
-            try:
-                return await self.forwarder.unary("SendMessage", request, context, self.forwards_sends)
-            except NoServingBroker as exc:
-                return spb.SendMessageResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
-            except ServeHere:
-                pass  # elected while the send waited: it is stored here
+        if self.forwards_sends() and (
+            answer := await self._forward("SendMessage", request, context, spb.SendMessageResponse, self.forwards_sends)
+        ):
+            return answer  # (None: elected while the send waited; it is stored here)
         if not request.messages:
             return spb.SendMessageResponse(status=_status(pb.Code.BAD_REQUEST, "no message"))
         topics, next_queue = self.topics.topics, self._next_queue

@@ -37,7 +37,7 @@ from brokers.transaction import (
 
 pytestmark = pytest.mark.unit
 
-HALF = Half(offset=3, topic="Pay", message_id="m1", stored_ms=1_000, checks=0)
+HALF = Half(offset=3, topic="Pay", stored_ms=1_000, checks=0)
 
 
 def test_a_half_message_keeps_its_topic_and_queue_and_commits_back_to_them():
@@ -83,7 +83,7 @@ def test_which_end_transaction_is_carried_out(known, done, topic, asked, want):
     [(0, 1_500, None), (0, 7_000, "check"), (14, 7_000, "check"), (15, 7_000, "discard")],
 )
 def test_a_check_waits_for_the_timeout_and_discards_after_the_maximum(checks, now, want):
-    half = Half(offset=3, topic="Pay", message_id="m1", stored_ms=1_000, checks=checks)
+    half = Half(offset=3, topic="Pay", stored_ms=1_000, checks=checks)
     assert check_action(half, now, timeout_ms=6_000, check_max=15) == want
 
 

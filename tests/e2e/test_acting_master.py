@@ -28,12 +28,18 @@ ACTING = dict(
 )
 
 
+def acting_pair(tmp_path, base: str, token: str, **extra) -> tuple[Replica, Replica]:
+    """group-a's master and slave in classic mode with slave-acting-master (not started)."""
+    master = Replica(tmp_path, "master", 0, "SYNC_MASTER", base, token, inSyncReplicas=2, **ACTING, **extra)
+    slave = Replica(tmp_path, "slave", 1, "SLAVE", base, token, **ACTING, **extra)
+    return master, slave
+
+
 def test_the_acting_master_serves_the_group_and_the_returning_master_takes_its_state_back(tmp_path):
     token = ApiToken.issue("acting-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('acting-admin', 'admin')[1]}"}
     with uvicorn_server() as base:
-        master = Replica(tmp_path, "master", 0, "SYNC_MASTER", base, token, inSyncReplicas=2, **ACTING)
-        slave = Replica(tmp_path, "slave", 1, "SLAVE", base, token, **ACTING)
+        master, slave = acting_pair(tmp_path, base, token)
 
         def route_master_grpc() -> str | None:
             r = httpx.get(f"{base}/api/v1/nameserver/routes/Replicated", headers=admin, timeout=5)

@@ -30,7 +30,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from brokers.topics import TopicConfig, TopicConfigManager
 from controlplane.models import ApiToken
-from tests.e2e.test_acting_master import broker_log
+from tests.e2e.test_acting_master import acting_pair, broker_log
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_replication import Replica, send, stop_all
 from tests.procs import uvicorn_server
@@ -39,13 +39,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
 TOPIC = "Delayed"
 TXN_TOPIC = "Payments"
-ACTING = dict(
-    enableSlaveActingMaster="true",
-    enableRemoteEscape="true",
-    totalReplicas=2,
-    brokerNotActiveTimeoutMillis=10000,
-    syncBrokerMemberGroupPeriod=500,
-)
+ESCAPE = {"enableRemoteEscape": "true"}
 
 
 def send_raw(port: int, topic: str, system_properties: list[pb.SystemProperties]) -> spb.SendMessageResponse:
@@ -89,8 +83,7 @@ def two_groups(tmp_path, tag: str, *topics: TopicConfig, **extra) -> Iterator[tu
     with uvicorn_server() as base:
         r = httpx.patch(f"{base}/api/v1/nameserver/config", headers=admin, timeout=5, json={"supportActingMaster": True})
         assert r.status_code == 200, r.text
-        master = Replica(tmp_path, "a0", 0, "SYNC_MASTER", base, token, inSyncReplicas=2, **ACTING, **extra)
-        slave = Replica(tmp_path, "a1", 1, "SLAVE", base, token, **ACTING, **extra)
+        master, slave = acting_pair(tmp_path, base, token, **ESCAPE, **extra)
         other = Replica(tmp_path, "b0", 0, "ASYNC_MASTER", base, token, brokerName="group-b")
         for replica in (master, slave, other):
             for topic in topics:

@@ -30,10 +30,10 @@ from rocketmq.v5.exception import BadRequestException
 from brokers.fifo import queue_of_group
 from brokers.topics import TopicConfig, TopicConfigManager
 from controlplane.models import ApiToken
-from tests.e2e.test_acting_master import ACTING, broker_log
+from tests.e2e.test_acting_master import acting_pair, broker_log
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_failover import iter_messages, three_replicas
-from tests.e2e.test_replication import Replica, send, stop_all
+from tests.e2e.test_replication import send, stop_all
 from tests.procs import uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
@@ -284,8 +284,7 @@ def test_a_slave_acting_for_its_stopped_master_hands_the_in_flight_batch_out_aga
     token = ApiToken.issue("fifo-acting-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('fifo-acting-admin', 'admin')[1]}"}
     with uvicorn_server() as base:
-        master = Replica(tmp_path, "master", 0, "SYNC_MASTER", base, token, inSyncReplicas=2, **ACTING)
-        slave = Replica(tmp_path, "slave", 1, "SLAVE", base, token, **ACTING)
+        master, slave = acting_pair(tmp_path, base, token)
         for r in (master, slave):
             TopicConfigManager(r.root / "config" / "topics.json").update(FIFO_TOPIC)
         r = httpx.patch(f"{base}/api/v1/nameserver/config", headers=admin, timeout=5, json={"supportActingMaster": True})
