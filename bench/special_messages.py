@@ -99,6 +99,15 @@ Figures (the last line printed is one JSON object):
                                seconds from the first EndTransaction to the last answer
   txn_normal_per_s, txn_vs_normal
                                the baseline's normal messages per second; txn_commits_per_s / it
+  txn_grpc_floor_per_s, txn_vs_grpc_floor, txn_grpc_floor_server_us_per_call
+                               the second baseline (bench/grpc_floor.py), after the transactions:
+                               EndTransaction calls per second that a process doing nothing else
+                               answers on this machine, with as many calls outstanding as the
+                               transactions had (``--txn-streams`` x ``--batch``), and its CPU per
+                               call; txn_commits_per_s / it. A transaction is one such call, so a
+                               master answering every EndTransaction itself stays under it.
+  txn_master_cpu_us_per_commit
+                               the master's CPU microseconds per committed transaction
   txn_half_send_ms_*, txn_end_ms_*
                                one half SendMessage's latency; one EndTransaction's, first attempt
                                to OK answer (a retry included)
@@ -189,6 +198,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import grpc_floor  # noqa: E402
 from bench.common import percentile  # noqa: E402
 from brokers.config import BrokerConfig  # noqa: E402
 from brokers.store.commitlog import CommitLog  # noqa: E402
@@ -1137,6 +1147,12 @@ def txn_phase(bed: Bed) -> dict:
         f"{last - (run.first_send or last):.2f} s = {commits_per_s:.0f} commits/s (half failures "
         f"{dict(run.half_failures)}, end failures {dict(run.end_failures)}, given up {len(run.given_up)}); receiving"
     )
+    master_cpu = next((cpu for name, cpu in run.cpu_s.items() if name.endswith("(master)")), None)
+    floor = {f"txn_{k}": v for k, v in grpc_floor.measure(args.txns, args.txn_streams * args.batch, CHANNEL_OPTIONS).items()}
+    note(
+        f"gRPC floor: one process answering nothing but EndTransaction calls answers {floor['txn_grpc_floor_per_s']:.0f}/s "
+        f"({floor['txn_grpc_floor_server_us_per_call']:.0f} us of CPU per call)"
+    )
     # The consumers start after the last answer: the sends above ran as alone as the baseline's.
     consumers = bed.consumers(TXN_TOPIC, "special-txn", invisible_s=60.0)
     consuming_from = time.time()
@@ -1175,6 +1191,11 @@ def txn_phase(bed: Bed) -> dict:
         "txn_normal_cpu_share": normal.cpu_share(),
         "cpus": os.cpu_count(),
         "txn_receive_failures": dict(record.receive_failures),
+        "txn_master_cpu_us_per_commit": round(master_cpu / len(run.commits) * 1e6, 1)
+        if run.commits and master_cpu is not None
+        else None,
+        **floor,
+        "txn_vs_grpc_floor": round(commits_per_s / floor["txn_grpc_floor_per_s"], 3),
     }
 
 

@@ -52,6 +52,8 @@ TXN_KEYS = frozenset({TRAN_MSG, PGROUP, TRANSACTION_ID, CHECK_TIMES, REAL_TOPIC,
 READ_BATCH = 1024
 RESOLVED_KEPT = 100_000  # resolved transactions remembered for idempotent answers
 CHECK_BATCH = 256  # put-back copies written together by a check run
+RESOLVE_BATCH = 256  # EndTransactions carried out together (one read of the log, one write)
+RESOLVE_IN_FLIGHT = 4  # batches being written at once
 KEPT_MAX = 100_000  # unresolved half messages kept in memory as read (a commit reads nothing back)
 UNKNOWN_WAIT_S = 1.0  # an EndTransaction for a half message not readable yet waits this long for it
 # Statuses of a write that is in this broker's log although it was not acknowledged (replicas or the
@@ -186,6 +188,14 @@ def check_action(half: Half, now: int, timeout_ms: int, check_max: int) -> str |
 Escape = Callable[[list[Message]], Awaitable[list[str | None]]]
 
 
+@dataclass
+class _Asked:
+    transaction_id: str
+    topic: str
+    resolution: Resolution
+    done: asyncio.Future
+
+
 class Transactions:
     """The index of unresolved transactions and their resolution; used while this broker is the
     serving master (``load`` on each takeover), or acts for a dead one with escape (``escape`` set: a
@@ -200,7 +210,10 @@ class Transactions:
         self.resolved: OrderedDict[str, Resolution] = OrderedDict()
         self._half_cursor = 0
         self._op_cursor = 0
-        self._busy: dict[str, asyncio.Future] = {}  # transactions being resolved: the task resolving each
+        self._busy: dict[str, asyncio.Future] = {}  # transactions being resolved: the outcome of each
+        self._asked: list[_Asked] = []  # the next batch
+        self._resolver: asyncio.Future | None = None
+        self._in_flight = asyncio.Semaphore(RESOLVE_IN_FLIGHT)
         self._reading = asyncio.Lock()  # one reader of the log at a time (the index is shared)
         self._kept: dict[int, Message] = {}  # half-queue offset -> the half message, while unresolved
         # resolutions written to this log but not acknowledged: never written again here; resolved
@@ -290,59 +303,137 @@ class Transactions:
         """Carry out an EndTransaction. TxnRefused (nothing written) or TxnNotStored. One at a time
         per transaction (a client's, a forwarded copy's, answers to checks relayed by every replica),
         and carried through even when its caller goes away (a forward given up, a client's deadline):
-        a write cut off half way could not tell whether it was stored."""
+        a write cut off half way could not tell whether it was stored. Those asked while a batch is
+        being written are carried out together, as the next batch (one read of the log, one write)."""
         while (busy := self._busy.get(transaction_id)) is not None:  # the same one under way: its outcome first
             try:
                 await asyncio.shield(busy)
             except (TxnRefused, TxnNotStored):
                 pass  # answered to its own caller; this one looks again
-        task = asyncio.ensure_future(self._end(transaction_id, topic, resolution))
-        self._busy[transaction_id] = task
-        task.add_done_callback(lambda done: self._finished(transaction_id, done))
-        await asyncio.shield(task)
+        if self.loaded and transaction_id in self.resolved:  # known here: answered without a write
+            resolution_allowed(None, self.resolved[transaction_id], topic, resolution)
+            return
+        done = asyncio.get_running_loop().create_future()
+        self._busy[transaction_id] = done
+        done.add_done_callback(lambda fut: self._finished(transaction_id, fut))
+        self._asked.append(_Asked(transaction_id, topic, resolution, done))
+        if self._resolver is None or self._resolver.done():
+            self._resolver = asyncio.ensure_future(self._resolve_asked())
+        await asyncio.shield(done)
 
-    def _finished(self, transaction_id: str, task: asyncio.Future) -> None:
-        if self._busy.get(transaction_id) is task:
+    def _finished(self, transaction_id: str, done: asyncio.Future) -> None:
+        if self._busy.get(transaction_id) is done:
             del self._busy[transaction_id]
-        if not task.cancelled():
-            task.exception()  # read, also when its caller went away
+        if not done.cancelled():
+            done.exception()  # read, also when its caller went away
 
-    async def _end(self, transaction_id: str, topic: str, resolution: Resolution) -> None:
+    async def _resolve_asked(self) -> None:
+        """Takes what was asked in batches, up to RESOLVE_IN_FLIGHT of them written at once (the
+        store writes them in order; a transaction is in one batch at a time)."""
+        while self._asked:
+            await self._in_flight.acquire()
+            batch, self._asked = self._asked[:RESOLVE_BATCH], self._asked[RESOLVE_BATCH:]
+            task = asyncio.ensure_future(self._resolve_batch(batch))
+            task.add_done_callback(lambda _: self._in_flight.release())
+
+    async def _resolve_batch(self, batch: list[_Asked]) -> None:
+        try:
+            await self._resolve(batch)
+        except BaseException as exc:  # every caller gets an answer, whatever went wrong
+            for asked in batch:
+                if not asked.done.done():
+                    asked.done.set_exception(TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, f"not resolved: {exc!r}"))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _resolve(self, batch: list[_Asked], waited: bool = False) -> None:
+        """Carry out ``batch`` (distinct transactions): each asked of a transaction not readable yet
+        (its send may be answered before its queue entry is readable) waits for it on its own."""
         await self._catch_up()
-        deadline = time.monotonic() + UNKNOWN_WAIT_S
-        while transaction_id not in self.pending and transaction_id not in self.resolved and time.monotonic() < deadline:
-            # stored a moment ago: its send may be answered before its queue entry is readable
-            await self.store.wait_published(0.05)
-            await self._catch_up()
-        written = self.unconfirmed.get(transaction_id)
-        if written is not None and transaction_id not in self.resolved:
+        todo: list[tuple[_Asked, Message]] = []
+        for asked in batch:
+            txn = asked.transaction_id
+            if not waited and txn not in self.pending and txn not in self.resolved:
+                asyncio.ensure_future(self._resolve_unknown(asked))
+                continue
+            try:
+                half = await self._half_to_resolve(asked)
+            except (TxnRefused, TxnNotStored) as exc:
+                asked.done.set_exception(exc)
+                continue
+            if half is None:
+                asked.done.set_result(None)
+            else:
+                todo.append((asked, half))
+        if not todo:
+            return
+        if self.escape is not None:  # acting for a dead master: the commit goes to another one
+            for asked, half in todo:
+                try:
+                    await self._escape_one(asked, half)
+                except TxnNotStored as exc:
+                    asked.done.set_exception(exc)
+                else:
+                    asked.done.set_result(None)
+            return
+        writes: list[Message] = []
+        for asked, half in todo:
+            if asked.resolution is Resolution.COMMIT:
+                writes.append(committed(half))
+            writes.append(op_record(asked.transaction_id, asked.resolution, half.queue_offset))
+        results = iter(await self.store.put_messages(writes))
+        for asked, _ in todo:
+            mine = [next(results)] + ([next(results)] if asked.resolution is Resolution.COMMIT else [])
+            bad = next((r for r in mine if r.status is not PutMessageStatus.PUT_OK), None)
+            if bad is None:
+                self._remember(asked.transaction_id, asked.resolution)
+                asked.done.set_result(None)
+                continue
+            if bad.status in WRITTEN_UNCONFIRMED:
+                self.unconfirmed[asked.transaction_id] = asked.resolution
+            asked.done.set_exception(TxnNotStored(bad.status, bad.detail))
+
+    async def _resolve_unknown(self, asked: _Asked) -> None:
+        try:
+            deadline = time.monotonic() + UNKNOWN_WAIT_S
+            txn = asked.transaction_id
+            while txn not in self.pending and txn not in self.resolved and time.monotonic() < deadline:
+                await self.store.wait_published(0.05)
+                await self._catch_up()
+            await self._resolve([asked], waited=True)
+        except BaseException as exc:
+            if not asked.done.done():
+                asked.done.set_exception(TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, f"not resolved: {exc!r}"))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _half_to_resolve(self, asked: _Asked) -> Message | None:
+        """The half message ``asked`` resolves, or None when it was resolved alike before (nothing to
+        do); TxnRefused or TxnNotStored."""
+        txn, resolution = asked.transaction_id, asked.resolution
+        written = self.unconfirmed.get(txn)
+        if written is not None and txn not in self.resolved:
             if written is not resolution:
                 raise TxnRefused(f"the transaction was resolved before ({written.value}), not {resolution.value}")
             raise TxnNotStored(PutMessageStatus.FLUSH_SLAVE_TIMEOUT, "written, not yet on the replicas: ask again")
-        if not resolution_allowed(self.pending.get(transaction_id), self.resolved.get(transaction_id), topic, resolution):
-            return
-        half = self.pending[transaction_id]
+        if not resolution_allowed(self.pending.get(txn), self.resolved.get(txn), asked.topic, resolution):
+            return None
+        half = self.pending[txn]
         kept = self._kept.get(half.offset)
         stored = [kept] if kept is not None else await self.store.get_messages(HALF_TOPIC, 0, half.offset, 1)
         if not stored or stored[0].queue_offset != half.offset:
             raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, f"half message {half.offset} is not in the log")
-        if self.escape is not None:  # acting for a dead master: the commit goes to another one
-            if resolution is Resolution.COMMIT:
-                why = (await self.escape([escaped_commit(stored[0])]))[0]
-                if why is not None:
-                    raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, why)
-            self.acting_ops[transaction_id] = resolution
-        else:
-            writes = [op_record(transaction_id, resolution, half.offset)]
-            if resolution is Resolution.COMMIT:
-                writes.insert(0, committed(stored[0]))
-            try:
-                await self._write(writes)
-            except TxnNotStored as exc:
-                if exc.status in WRITTEN_UNCONFIRMED:
-                    self.unconfirmed[transaction_id] = resolution
-                raise
-        self._remember(transaction_id, resolution)
+        return stored[0]
+
+    async def _escape_one(self, asked: _Asked, half: Message) -> None:
+        escape = self.escape
+        assert escape is not None  # the caller saw it set
+        if asked.resolution is Resolution.COMMIT:
+            why = (await escape([escaped_commit(half)]))[0]
+            if why is not None:
+                raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, why)
+        self.acting_ops[asked.transaction_id] = asked.resolution
+        self._remember(asked.transaction_id, asked.resolution)
 
     async def _write(self, messages: list[Message]) -> None:
         results = await self.store.put_messages(messages)

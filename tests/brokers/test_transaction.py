@@ -7,6 +7,7 @@ back and discards after transactionCheckMax, and a replica relays only the put-b
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -23,6 +24,7 @@ from brokers.transaction import (
     Half,
     Resolution,
     Transactions,
+    TxnNotStored,
     TxnRefused,
     check_action,
     check_times,
@@ -156,5 +158,79 @@ def test_a_check_puts_copies_back_for_the_producers_and_discards_after_the_maxim
             assert await store.get_messages("Pay", 1, 0, 10) == []
         finally:
             await store.shutdown()
+
+    run(scenario())
+
+
+@contextlib.asynccontextmanager
+async def serving_master(tmp_path, halves: int):
+    """A store holding ``halves`` half messages (m0, m1, ...) and a master's index of them."""
+    store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20))
+    await store.start()
+    try:
+        await store.put_messages([half_message(i) for i in range(halves)])
+        master = Transactions(store, timeout_ms=6_000, check_max=15)
+        await master.load()
+        yield store, master
+    finally:
+        await store.shutdown()
+
+
+def test_end_transactions_asked_together_are_one_write_and_each_gets_its_own_answer(tmp_path):
+    async def scenario():
+        async with serving_master(tmp_path, halves=30) as (store, master):
+            batches = store.stats["batches"]
+            asked = [("m0", "Pay", Resolution.COMMIT)]  # asked twice at once: carried out once
+            asked += [(f"m{i}", "Pay", Resolution.COMMIT) for i in range(20)]
+            asked += [(f"m{i}", "Pay", Resolution.ROLLBACK) for i in range(20, 29)]
+            asked += [("m29", "Other", Resolution.COMMIT), ("nope", "Pay", Resolution.ROLLBACK)]
+            answers = await asyncio.gather(*(master.end(*a) for a in asked), return_exceptions=True)
+            refused = [a[0] for a, answer in zip(asked, answers, strict=True) if isinstance(answer, TxnRefused)]
+            assert refused == ["m29", "nope"] and all(answer is None for answer in answers[:-2])
+            assert store.stats["batches"] == batches + 1  # 20 commits and 29 op records: one write
+            ops = [parse_op(m) for m in await messages(store, OP_TOPIC)]
+            assert sorted(ops) == sorted(
+                [(f"m{i}", Resolution.COMMIT) for i in range(20)] + [(f"m{i}", Resolution.ROLLBACK) for i in range(20, 29)]
+            )
+            stored = [m.body for q in (0, 1) for m in await store.get_messages("Pay", q, 0, 100)]
+            assert sorted(stored) == sorted(f"b{i}".encode() for i in range(20))  # each commit once; no rollback
+            assert set(master.pending) == {"m29"}
+
+    run(scenario())
+
+
+class _NoReplicaAnswers:
+    """A ReplicaGate whose replicas never ack in time (the store's quorum protocol, with no HA link)."""
+
+    def precheck(self):
+        return None, 2
+
+    async def wait(self, next_offset, need_acks):
+        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+
+def test_a_resolution_written_but_not_acknowledged_is_never_written_again_by_this_master(tmp_path):
+    async def scenario():
+        async with serving_master(tmp_path, halves=3) as (store, master):
+            store.replicas = _NoReplicaAnswers()
+            store.set_follow_max(False)  # entries readable only once the replicas confirm them
+            answers = await asyncio.gather(
+                *(master.end(f"m{i}", "Pay", r) for i, r in enumerate([Resolution.COMMIT, Resolution.ROLLBACK])),
+                return_exceptions=True,
+            )
+            assert [a.status for a in answers] == [PutMessageStatus.FLUSH_SLAVE_TIMEOUT] * 2  # written, not acked
+            store.replicas = None
+            with pytest.raises(TxnNotStored):
+                await master.end("m0", "Pay", Resolution.COMMIT)  # asked again: not written twice
+            with pytest.raises(TxnRefused):
+                await master.end("m1", "Pay", Resolution.COMMIT)  # the other resolution: refused
+            await master.end("m2", "Pay", Resolution.COMMIT)  # the batch after is not held back
+            store.set_follow_max(True)  # the replicas caught up: what was written is readable
+            await store.wait_published(1.0)
+            await master.end("m0", "Pay", Resolution.COMMIT)  # now answered OK, nothing written
+            assert sorted([m.body for q in (0, 1) for m in await store.get_messages("Pay", q, 0, 10)]) == [b"b0", b"b2"]
+            again = Transactions(store, timeout_ms=6_000, check_max=15)  # a new master reads what was written
+            await again.load()
+            assert again.resolved == {"m0": Resolution.COMMIT, "m1": Resolution.ROLLBACK, "m2": Resolution.COMMIT}
 
     run(scenario())
