@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from testkit.controlplane import clear_redis_prefix, running_web
 from testkit.controlplane import fresh_database as prepare_database
@@ -55,3 +56,14 @@ def percentile(values: list[float], p: float) -> float:
         return float("nan")
     s = sorted(values)
     return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def process_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of a process so far (Linux /proc), None when unknown."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

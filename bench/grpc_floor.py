@@ -21,10 +21,13 @@ import time
 from pathlib import Path
 
 import grpc
-import psutil
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import process_cpu_s  # noqa: E402
 
 READY_TIMEOUT_S = 30.0
 CHANNELS = 4
@@ -85,10 +88,9 @@ def measure(calls: int, concurrency: int, options: list | None = None) -> dict:
         line = server.stdout.readline().strip()
         if not line.isdigit():
             raise RuntimeError(f"the gRPC floor server did not start (it said {line!r})")
-        cpu = psutil.Process(server.pid)
-        before = sum(cpu.cpu_times()[:2])
+        before = process_cpu_s(server.pid) or 0.0
         seconds = asyncio.run(_call(f"127.0.0.1:{line}", calls, concurrency, options or []))
-        used = sum(cpu.cpu_times()[:2]) - before
+        used = (process_cpu_s(server.pid) or 0.0) - before
     finally:
         server.kill()
         server.wait(10)

@@ -199,7 +199,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import grpc_floor  # noqa: E402
-from bench.common import percentile  # noqa: E402
+from bench.common import percentile, process_cpu_s  # noqa: E402
 from brokers.config import BrokerConfig  # noqa: E402
 from brokers.store.commitlog import CommitLog  # noqa: E402
 from brokers.store.message import Message  # noqa: E402
@@ -291,17 +291,6 @@ class Sent:
     def cpu_share(self) -> dict[str, float]:
         """CPU seconds per second of the sends, per process (1.0: one core busy throughout)."""
         return {name: round(s / self.seconds, 2) for name, s in self.cpu_s.items()} if self.seconds > 0 else {}
-
-
-def process_cpu_s(pid: int | None) -> float | None:
-    """User + system CPU seconds of a process so far (Linux /proc), None when unknown."""
-    if pid is None:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_now(watch: Mapping[str, int]) -> dict[str, float | None]:
