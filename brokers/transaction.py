@@ -26,6 +26,7 @@ log so that they replicate over the HA link like any message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -336,9 +337,9 @@ class Transactions:
             task = asyncio.ensure_future(self._resolve_batch(batch))
             task.add_done_callback(lambda _: self._in_flight.release())
 
-    async def _resolve_batch(self, batch: list[_Asked]) -> None:
+    async def _resolve_batch(self, batch: list[_Asked], waited: bool = False) -> None:
         try:
-            await self._resolve(batch)
+            await self._resolve(batch, waited)
         except BaseException as exc:  # every caller gets an answer, whatever went wrong
             for asked in batch:
                 if not asked.done.done():
@@ -394,18 +395,13 @@ class Transactions:
             asked.done.set_exception(TxnNotStored(bad.status, bad.detail))
 
     async def _resolve_unknown(self, asked: _Asked) -> None:
-        try:
-            deadline = time.monotonic() + UNKNOWN_WAIT_S
-            txn = asked.transaction_id
+        deadline = time.monotonic() + UNKNOWN_WAIT_S
+        txn = asked.transaction_id
+        with contextlib.suppress(Exception):  # a read that fails here fails again, answered, below
             while txn not in self.pending and txn not in self.resolved and time.monotonic() < deadline:
                 await self.store.wait_published(0.05)
                 await self._catch_up()
-            await self._resolve([asked], waited=True)
-        except BaseException as exc:
-            if not asked.done.done():
-                asked.done.set_exception(TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, f"not resolved: {exc!r}"))
-            if not isinstance(exc, Exception):
-                raise
+        await self._resolve_batch([asked], waited=True)
 
     async def _half_to_resolve(self, asked: _Asked) -> Message | None:
         """The half message ``asked`` resolves, or None when it was resolved alike before (nothing to
