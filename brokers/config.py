@@ -14,6 +14,8 @@ from pathlib import Path
 
 from controlplane import validation  # pure, standard library only: the control plane's own name rule
 
+from .delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
+
 
 class ConfigInvalid(ValueError):
     def __init__(self, problems: list[str]):
@@ -70,6 +72,11 @@ class BrokerConfig:
     timerWheelEnable: bool = True
     timerPrecisionMs: int = 50
     timerMaxDelaySec: int = 259200
+    # 4.x delay levels (brokers/delay_levels.py), carried out by the same wheel: a message's DELAY
+    # property is a level of messageDelayLevel; useDelayLevel (RocketMQ's proxy setting) rounds every
+    # 5.x delivery time up to a level.
+    messageDelayLevel: str = DEFAULT_DELAY_LEVELS
+    useDelayLevel: bool = False
     # Transactions (brokers/transaction.py; RocketMQ's names and defaults): a half message unresolved
     # this long is checked (its producer asked), every transactionCheckInterval, at most
     # transactionCheckMax times, then discarded to TRANS_CHECK_MAX_TIME_TOPIC.
@@ -287,6 +294,13 @@ def _check(c: BrokerConfig) -> list[str]:
         problems.append("timerPrecisionMs: must be between 10 and 1000")
     if c.timerMaxDelaySec <= 0:
         problems.append("timerMaxDelaySec: must be > 0")
+    try:
+        longest = max(parse_delay_levels(c.messageDelayLevel))
+    except ValueError as exc:
+        problems.append(f"messageDelayLevel: {exc}")
+    else:
+        if longest > c.timerMaxDelaySec * 1000:
+            problems.append("messageDelayLevel: a level is longer than timerMaxDelaySec")
     for key in ("transactionTimeOut", "transactionCheckMax", "transactionCheckInterval"):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")

@@ -19,6 +19,7 @@ from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from ..delay_levels import DELAY
 from ..fifo import SHARDING_KEY, is_orderly, max_attempts, plan_orderly_pop
 from ..meta import ConsumerMeta
 from ..metalog import MetaLog, MetaMode
@@ -35,7 +36,18 @@ from .messages import client_message
 log = logging.getLogger("brokers.grpc")
 
 SYSTEM_KEYS = frozenset(
-    {"UNIQ_KEY", "TAGS", "KEYS", "BORN_HOST", "RECONSUME_TIME", "ORIGIN_TOPIC", "ORIGIN_QUEUE_ID", SHARDING_KEY, *TIMER_KEYS}
+    {
+        "UNIQ_KEY",
+        "TAGS",
+        "KEYS",
+        "BORN_HOST",
+        "RECONSUME_TIME",
+        "ORIGIN_TOPIC",
+        "ORIGIN_QUEUE_ID",
+        SHARDING_KEY,
+        DELAY,
+        *TIMER_KEYS,
+    }
 )
 REVIVE_INTERVAL_S = 0.5  # reviveInterval is 1 s in RocketMQ; half keeps redelivery close to the invisible time
 POLL_STEP_S = 0.05

@@ -26,6 +26,7 @@ from controlplane.topic_attributes import (  # pure, standard library only
 )
 
 from ..config import BrokerConfig
+from ..delay_levels import DELAY, level_delay_ms, level_for, level_of, parse_delay_levels
 from ..escape import EscapeBridge
 from ..fifo import SHARDING_KEY, IllegalGroup, check_group, queue_of_group
 from ..meta import ConsumerMeta
@@ -139,6 +140,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         self.forwards_sends: Callable[[], bool] = lambda: False
         self._producers: dict[str, list[asyncio.Queue]] = {}  # producer group -> Telemetry streams
         self.transactions = Transactions(store, config.transactionTimeOut, config.transactionCheckMax)
+        self._delay_levels = parse_delay_levels(config.messageDelayLevel)
         self.check_relay = CheckRelay(store, self.relay_check)
 
     async def transactions_forever(self, serving: Callable[[], bool]) -> None:
@@ -363,13 +365,15 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000,
             )
             if sp.message_type == pb.MessageType.TRANSACTION:  # a half message until EndTransaction
-                if group or sp.HasField("delivery_timestamp"):
-                    return _conflict("a transactional message has no message group and no delivery time")
+                if group or sp.HasField("delivery_timestamp") or DELAY in props:
+                    return _conflict("a transactional message has no message group, no delivery time and no delay level")
                 if TRANSACTION_ID not in props:  # (with it: committed at an acting master, escaped here)
                     msg = into_half(msg, message_id)
                     txns.add(message_id)
-            elif sp.HasField("delivery_timestamp"):
-                timed = self._timed(msg, sp.delivery_timestamp)
+            elif sp.HasField("delivery_timestamp") or DELAY in props:
+                if group and DELAY in props:
+                    return _conflict("a FIFO message has no delay level: it would leave its group's order")
+                timed = self._timed(msg, sp.delivery_timestamp if sp.HasField("delivery_timestamp") else None)
                 if isinstance(timed, spb.SendMessageResponse):
                     return timed  # refused: nothing of the request is stored
                 msg = timed
@@ -394,23 +398,41 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         return response
 
     def _timed(self, msg: Message, at) -> Message | spb.SendMessageResponse:
-        """A message with a delivery time (brokers/timer.py): kept in the timer queue until due, or
-        stored at once when due now, or when it went through a timer wheel already (``TIMER_OUT_MS``:
-        escaped by another broker set's acting master, brokers/escape.py); a refusal for a time in
-        the past or beyond timerMaxDelaySec."""
-        deliver_ms = at.seconds * 1000 + at.nanos // 1_000_000
-        if TIMER_OUT_MS in msg.properties:
-            msg.properties = {**msg.properties, TIMER_DELIVER_MS: str(deliver_ms)}
+        """A message with a delivery time or a 4.x delay level (brokers/timer.py,
+        brokers/delay_levels.py): kept in the timer queue until due, or stored at once when due now,
+        or when it went through a timer wheel already (``TIMER_OUT_MS``: escaped by another broker
+        set's acting master, brokers/escape.py). A delay level wins over a delivery time (RocketMQ's
+        rule); with useDelayLevel a delivery time is rounded up to a level. Refused: a time in the
+        past or beyond timerMaxDelaySec (ILLEGAL_DELIVERY_TIME), a level that is not a whole number
+        (ILLEGAL_MESSAGE_PROPERTY_KEY)."""
+        props = msg.properties
+        asked = None if at is None else at.seconds * 1000 + at.nanos // 1_000_000
+        if TIMER_OUT_MS in props:
+            if asked is not None:
+                msg.properties = {**props, TIMER_DELIVER_MS: str(asked)}
             return msg
         if not self.config.timerWheelEnable:
             return spb.SendMessageResponse(
                 status=_status(pb.Code.NOT_IMPLEMENTED, "timer messages are off on this broker (timerWheelEnable=false)")
             )
+        now, levels = now_ms(), self._delay_levels
         try:
-            due = delivery_due(deliver_ms, now_ms(), self.config.timerMaxDelaySec * 1000)
+            if DELAY in props:  # that long after now, whatever the delivery time says
+                wait = level_delay_ms(level_of(props[DELAY]), levels)
+                if wait is None:
+                    return msg  # level 0 or less: no delay
+                deliver_ms = due = now + wait
+            else:
+                deliver_ms, due = asked, delivery_due(asked, now, self.config.timerMaxDelaySec * 1000)
+                if due is not None and self.config.useDelayLevel:
+                    level = level_for(due - now, levels)
+                    props = {**props, DELAY: str(level)}
+                    deliver_ms = due = now + levels[level - 1]
         except TimerRefused as exc:
             return spb.SendMessageResponse(status=_status(pb.Code.ILLEGAL_DELIVERY_TIME, str(exc)))
-        msg.properties = {**msg.properties, TIMER_DELIVER_MS: str(deliver_ms)}
+        except ValueError as exc:  # the DELAY property
+            return spb.SendMessageResponse(status=_status(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, str(exc)))
+        msg.properties = {**props, TIMER_DELIVER_MS: str(deliver_ms)}
         return into_wheel(msg, due) if due is not None else msg
 
 

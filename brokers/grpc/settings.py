@@ -11,13 +11,15 @@ from collections.abc import Collection
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from ..delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
+
 MAX_BODY_SIZE = 4 * 1024 * 1024  # as RocketMQ's maxMessageSize
 PRODUCER_MAX_ATTEMPTS = 3
 PRODUCER_BACKOFF = (0.010, 1.0, 2.0)  # initial s, max s, multiplier
 RECEIVE_BATCH_SIZE = 32
 LONG_POLLING_TIMEOUT_S = 20
-# The default group retry policy (CustomizedRetryPolicy): the delay levels from level 3 on.
-CONSUMER_BACKOFF_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+# The default group retry policy (CustomizedRetryPolicy): the default delay levels.
+CONSUMER_BACKOFF_S = tuple(ms / 1000 for ms in parse_delay_levels(DEFAULT_DELAY_LEVELS))
 CONSUMERS = (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER, pb.ClientType.PULL_CONSUMER)
 
 

@@ -2,7 +2,7 @@
 controller mode: a message sent with a delivery time arrives at that time and not before, carrying
 its delivery time; timers due after a kill -9 of the master arrive from the new master, each once;
 a delivery time in the past or beyond timerMaxDelaySec is refused with ILLEGAL_DELIVERY_TIME and
-nothing is stored."""
+nothing is stored; 4.x delay levels go through the same wheel, and a bad level is refused."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
 TOPIC = "Delayed"
 DELAY_TOPIC = TopicConfig(TOPIC, 4, 4, 6, attributes={"message.type": "DELAY"})
+LEVELS = "Leveled"  # a NORMAL topic: the official client sends a message with a DELAY property as NORMAL
 
 
 def access_of(replicas) -> str:
@@ -39,10 +40,12 @@ def send_timers(producer: Producer, count: int, deliver_s: int, tag: str) -> set
     return ids
 
 
-def receive(access: str, group: str, wanted: set[str], timeout_s: float) -> dict[str, list[tuple[float, int | None]]]:
+def receive(
+    access: str, group: str, wanted: set[str], timeout_s: float, topic: str = TOPIC
+) -> dict[str, list[tuple[float, int | None]]]:
     """Receive and ack until every id in ``wanted`` came or ``timeout_s`` passed: per id, each
     delivery's (time received, delivery timestamp in ms the broker gave)."""
-    consumer = SimpleConsumer(ClientConfiguration(access, Credentials()), group, {TOPIC: FilterExpression()}, await_duration=1)
+    consumer = SimpleConsumer(ClientConfiguration(access, Credentials()), group, {topic: FilterExpression()}, await_duration=1)
     consumer.startup()
     got: dict[str, list[tuple[float, int | None]]] = {}
     try:
@@ -108,3 +111,42 @@ def test_a_delivery_time_in_the_past_or_beyond_the_maximum_is_refused_and_nothin
     for r in replicas:  # stopped: the refused message is in no replica's log, in no topic
         bodies = {m.body for m in iter_messages(r)}
         assert b"now-0" in bodies and b"bad-0" not in bodies
+
+
+def test_delay_levels_go_through_the_wheel_and_a_bad_level_is_refused(tmp_path):
+    """useDelayLevel: a delivery time 2 s ahead is rounded up to level 2 (5 s); a DELAY property of
+    level 1 is due 1 s after it is stored; ``DELAY=soon`` is refused with ILLEGAL_MESSAGE_PROPERTY_KEY
+    and nothing is stored."""
+    topics = (DELAY_TOPIC, TopicConfig(LEVELS, 4, 4, 6))
+    with three_replicas(tmp_path, "tm-d", topics=topics, useDelayLevel="true") as (replicas, _, _, _):
+        access = access_of(replicas)
+        producer = Producer(ClientConfiguration(access, Credentials()), (TOPIC, LEVELS))
+        producer.startup()
+        try:
+            sent_at = time.time()
+            rounded = send_timers(producer, 5, int(sent_at) + 2, "rounded")
+            leveled = set()
+            for i in range(5):
+                msg = ClientMessage()
+                msg.topic, msg.body = LEVELS, f"level1-{i}".encode()
+                msg.add_property("DELAY", "1")
+                leveled.add(producer.send(msg).message_id)
+            bad = ClientMessage()
+            bad.topic, bad.body = LEVELS, b"bad-level"
+            bad.add_property("DELAY", "soon")
+            with pytest.raises(BadRequestException) as refused:
+                producer.send(bad)
+            assert refused.value.code == pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+        finally:
+            producer.shutdown()
+        got = receive(access, "tm-d", rounded, 60)
+        assert got.keys() == rounded
+        for [(received_at, delivery_ms)] in got.values():
+            assert received_at >= sent_at + 5, "delivered before its level's 5 s"
+            assert sent_at * 1000 + 5000 <= delivery_ms <= time.time() * 1000  # the level's time, not the asked one
+        got = receive(access, "tm-d", leveled, 60, topic=LEVELS)
+        assert got.keys() == leveled
+        assert all(received_at >= sent_at + 1 for [(received_at, _)] in got.values())
+    for r in replicas:
+        bodies = {m.body for m in iter_messages(r)}
+        assert b"level1-0" in bodies and b"bad-level" not in bodies
