@@ -19,6 +19,7 @@ class ResponseCode(IntEnum):
     TOPIC_NOT_EXIST = 17
     INVALID_PARAMETER = 29
     BROKER_NOT_EXIST = 211
+    NOT_LEADER_FOR_QUEUE = 501  # a static topic's logical queue asked of a broker that does not own it
     CONTROLLER_FENCED_MASTER_EPOCH = 2000
     CONTROLLER_FENCED_SYNC_STATE_SET_EPOCH = 2001
     CONTROLLER_INVALID_MASTER = 2002
@@ -34,3 +35,7 @@ class ResponseCode(IntEnum):
     CONTROLLER_ELECT_MASTER_FAILED = 2012
     CONTROLLER_ALTER_SYNC_STATE_SET_FAILED = 2013
     CONTROLLER_BROKER_ID_INVALID = 2014
+    # Ours (RocketMQ's static-topic admin has no code for these; reference §6): a logical-queue
+    # mapping change planned against an older epoch, and a move of a queue whose last move is undecided.
+    LOGIC_QUEUE_MAPPING_FENCED_EPOCH = 2100
+    LOGIC_QUEUE_MIGRATING = 2101

@@ -85,3 +85,42 @@ class NamesrvConfigEntry(models.Model):
     key = models.CharField(max_length=100, primary_key=True)
     value = models.JSONField()
     updated_at = models.DateTimeField(auto_now=True)
+
+
+class StaticTopic(models.Model):
+    """A static topic's logical-queue mapping (seed 003; nameserver/core/logical_queues.py): every
+    logical queue's chain of segments, as ``TopicMapping.to_wire()``. Changed only by
+    nameserver/static_topics.py, one row-locked transaction per change, each one epoch higher."""
+
+    topic = models.CharField(max_length=255, primary_key=True)
+    epoch = models.BigIntegerField()
+    mapping = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["topic"]
+        constraints = [models.CheckConstraint(condition=Q(epoch__gte=1), name="static_topic_epoch_positive")]
+
+
+class StaticTopicChange(models.Model):
+    """The append-only history of a static topic's mapping: one row per epoch, written in the
+    transaction that made the change (the database refuses a second change at one epoch)."""
+
+    class Kind(models.TextChoices):
+        CREATE = "create"
+        MOVE = "move"
+        DECIDE = "decide"
+        EXPIRE = "expire"
+
+    topic = models.ForeignKey(StaticTopic, on_delete=models.CASCADE, related_name="changes")
+    epoch = models.BigIntegerField()
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    actor = models.CharField(max_length=255)
+    params = models.JSONField(default=dict)
+    mapping = models.JSONField()  # the mapping after the change
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["topic_id", "epoch"]
+        constraints = [models.UniqueConstraint(fields=["topic", "epoch"], name="static_topic_one_change_per_epoch")]

@@ -127,3 +127,76 @@ class ClusterInfoAnswer(serializers.Serializer):
     clusterAddrTable = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField()), help_text="clusterName -> its broker sets"
     )
+
+
+# --- static topics ------------------------------------------------------------------------------------
+
+
+class _SegmentAnswer(serializers.Serializer):
+    brokerName = serializers.CharField()
+    queueId = serializers.IntegerField(help_text="the physical queue on that broker set")
+    logicStart = serializers.IntegerField(allow_null=True, help_text="its first logical offset; null until decided")
+    physStart = serializers.IntegerField()
+    physEnd = serializers.IntegerField(allow_null=True, help_text="null while messages may still land")
+    expired = serializers.BooleanField()
+    state = serializers.ChoiceField(choices=["writable", "sealing", "read_only", "expired"])
+
+
+class _LogicalQueueAnswer(serializers.Serializer):
+    queueId = serializers.IntegerField()
+    segments = _SegmentAnswer(many=True)
+
+
+@extend_schema_serializer(component_name="StaticTopicMapping")
+class StaticTopicAnswer(serializers.Serializer):
+    topic = serializers.CharField()
+    epoch = serializers.IntegerField()
+    queues = _LogicalQueueAnswer(many=True)
+
+
+@extend_schema_serializer(component_name="StaticTopicList")
+class StaticTopicListAnswer(serializers.Serializer):
+    staticTopics = StaticTopicAnswer(many=True)
+
+
+class _ChangeAnswer(serializers.Serializer):
+    epoch = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=["create", "move", "decide", "expire"])
+    actor = serializers.CharField()
+    params = serializers.DictField()
+    at = serializers.DateTimeField()
+
+
+@extend_schema_serializer(component_name="StaticTopicDetail")
+class StaticTopicDetailAnswer(StaticTopicAnswer):
+    history = _ChangeAnswer(many=True, help_text="every change, oldest first")
+
+
+@extend_schema_serializer(component_name="StaticTopicCreated")
+class StaticTopicCreatedAnswer(_Ack):
+    mapping = StaticTopicAnswer()
+
+
+class _EndAnswer(serializers.Serializer):
+    brokerName = serializers.CharField()
+    queueId = serializers.IntegerField()
+
+
+class _MoveAnswer(serializers.Serializer):
+    queueId = serializers.IntegerField(help_text="the logical queue")
+    source = _EndAnswer(help_text="where its writes went until now; consumers read it to its end")
+    target = _EndAnswer(help_text="where its writes go from now on; consumers read it next")
+    reused = serializers.BooleanField(help_text="the target's physical queue held expired segments before")
+
+
+@extend_schema_serializer(component_name="StaticTopicMigration")
+class MigrationAnswer(_Ack):
+    applied = serializers.BooleanField(help_text="false: a preview, nothing changed")
+    epochBefore = serializers.IntegerField()
+    epoch = serializers.IntegerField(help_text="the mapping's epoch after the change (or after it, previewed)")
+    moves = _MoveAnswer(many=True)
+    oldSegmentsKeptHours = serializers.IntegerField(
+        help_text="the old segments stay readable until their brokers delete the data: "
+        "by default this long after their last message"
+    )
+    mapping = StaticTopicAnswer()

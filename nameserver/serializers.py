@@ -244,3 +244,45 @@ TOPIC_DELETE_MAX_BROKERS = 999
 class TopicDeleteSerializer(serializers.Serializer):
     clusterName = _name_field(required=False)
     brokerName = serializers.ListField(child=_name_field(), required=False, max_length=TOPIC_DELETE_MAX_BROKERS)
+
+
+# --- static topics (seed 003; nameserver/static_topics.py) ------------------------------------------
+
+MAX_LOGICAL_QUEUES = 1024
+
+
+class StaticTopicCreateSerializer(serializers.Serializer):
+    topicName = _name_field()
+    queueNums = integer_field(min_value=1, max_value=MAX_LOGICAL_QUEUES, help_text="logical queues, spread round robin")
+    brokerNames = serializers.ListField(child=_name_field(), min_length=1, max_length=1000)
+
+
+class QueueMoveSerializer(serializers.Serializer):
+    queueId = integer_field(min_value=0, max_value=MAX_LOGICAL_QUEUES - 1, help_text="the logical queue")
+    brokerName = _name_field(help_text="the broker set that takes its writes from now on")
+
+
+class DrainSerializer(serializers.Serializer):
+    brokerName = _name_field(help_text="the broker set to take every logical queue off")
+    targets = serializers.ListField(
+        child=_name_field(), required=False, min_length=1, max_length=1000,
+        help_text="where they go (each to the one writing the fewest); absent: the other broker sets writing the topic",
+    )  # fmt: skip
+
+
+class MigrationSerializer(RuledSerializer):
+    json_schema_rule = {"oneOf": [{"required": ["moves"]}, {"required": ["drain"]}, {"required": ["scaleOut"]}]}
+    epoch = integer_field(min_value=1, max_value=MAX_ID, required=False, help_text="the epoch this was planned at")
+    moves = serializers.ListField(child=QueueMoveSerializer(), required=False, min_length=1, max_length=MAX_LOGICAL_QUEUES)
+    drain = DrainSerializer(required=False)
+    scaleOut = _name_field(required=False, help_text="a new broker set to give its share of the logical queues")
+    preview = boolean_field(default=False, help_text="true: answer what would change, change nothing")
+
+    def validate(self, attrs):
+        given = [k for k in ("moves", "drain", "scaleOut") if k in attrs]
+        if len(given) != 1:
+            raise serializers.ValidationError({"moves": "give exactly one of moves, drain or scaleOut"})
+        ids = [m["queueId"] for m in attrs.get("moves", ())]
+        if len(ids) != len(set(ids)):
+            raise serializers.ValidationError({"moves": "each logical queue at most once"})
+        return attrs

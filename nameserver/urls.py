@@ -17,4 +17,7 @@ urlpatterns = [
     path("topics", views.TopicListView.as_view(), name="topics"),
     path("topics/<str:topic>", views.TopicDetailView.as_view(), name="topic"),
     path("config", views.ConfigView.as_view(), name="config"),
+    path("static-topics", views.StaticTopicListView.as_view(), name="static-topics"),
+    path("static-topics/<str:topic>", views.StaticTopicDetailView.as_view(), name="static-topic"),
+    path("static-topics/<str:topic>/migrations", views.MigrationView.as_view(), name="static-topic-migrations"),
 ]

@@ -7,7 +7,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.auth import IsAdmin, IsBroker, caller_of
+from controlplane.auth import IsAdmin, IsBroker, binding_refusal, broker_set_clusters, caller_of, who
 from controlplane.config_views import ConfigView as BaseConfigView
 from controlplane.config_views import config_schema_view
 from controlplane.errors import ApiError, ResponseCode
@@ -15,7 +15,7 @@ from controlplane.openapi import AUTH, BODY, errors
 from controlplane.topic_attributes import TOPIC_MESSAGE_TYPES
 from controlplane.validation_drf import checked_param, name_parameter
 
-from . import responses, selectors, services, settings_store, water_levels, wire
+from . import responses, selectors, services, settings_store, static_topics, water_levels, wire
 from .core.config import DEFAULTS as CONFIG_DEFAULTS
 from .core.config import SCHEMA as CONFIG_SCHEMA
 from .core.registry import RegisterOutcome
@@ -24,7 +24,9 @@ from .serializers import (
     WATER_LEVELS_SCHEMA,
     HeartbeatSerializer,
     MemberGroupQuerySerializer,
+    MigrationSerializer,
     RegisterBrokerSerializer,
+    StaticTopicCreateSerializer,
     TopicDeleteSerializer,
     TopicListQuerySerializer,
     TopicUpdateSerializer,
@@ -310,3 +312,132 @@ class WritePermView(APIView):
 class ConfigView(BaseConfigView):
     get_config = staticmethod(settings_store.current_config)
     update_config = staticmethod(settings_store.update_config)
+
+
+# --- static topics (seed 003): the mapping, its history, migrations --------------------------------
+
+
+def _refused(exc: static_topics.StaticTopicRefused) -> ApiError:
+    return ApiError(exc.code, exc.detail, exc.http_status)
+
+
+class StaticTopicListView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="getStaticTopics",
+        responses={200: responses.StaticTopicListAnswer, **errors(*AUTH)},
+        description="Every static topic's mapping; a token bound to a cluster sees those wholly on its cluster.",
+    )
+    def get(self, request):
+        bound = caller_of(request).bound_cluster
+        shown = [
+            m
+            for m in static_topics.all_mappings()
+            if binding_refusal(bound, known=broker_set_clusters(m.brokers()) if bound else None) is None
+        ]
+        return Response({"staticTopics": [wire.static_topic(m) for m in shown]})
+
+    @extend_schema(
+        operation_id="updateStaticTopic",
+        request=StaticTopicCreateSerializer,
+        responses={
+            200: responses.StaticTopicCreatedAnswer,
+            **errors(*BODY, why={404: UNKNOWN_SETS, 409: "A static topic of that name exists, or a broker set is isolated."}),
+        },
+        description="Create a static topic (RocketMQ's updateStaticTopic): queueNums logical queues spread round robin "
+        "over brokerNames. Its logical queues keep their ids while they move between broker sets.",
+    )
+    def post(self, request):
+        s = StaticTopicCreateSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        caller_of(request).check(broker_sets=d["brokerNames"])
+        try:
+            m = static_topics.create(d["topicName"], d["queueNums"], d["brokerNames"], actor=who(request))
+        except static_topics.StaticTopicRefused as exc:
+            raise _refused(exc) from None
+        return Response(_ok(mapping=wire.static_topic(m)))
+
+
+class StaticTopicDetailView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="getStaticTopic",
+        parameters=[name_parameter("topic", OpenApiParameter.PATH)],
+        responses={
+            200: responses.StaticTopicDetailAnswer,
+            **errors(400, *AUTH, why={404: "Not a static topic: 17 TOPIC_NOT_EXIST."}),
+        },
+    )
+    def get(self, request, topic: str):
+        checked_param("topic", topic)
+        m = static_topics.mapping_of(topic)
+        if m is None:
+            raise ApiError(ResponseCode.TOPIC_NOT_EXIST, f"{topic} is not a static topic", 404)
+        caller_of(request).check(broker_sets=m.brokers())
+        history = [
+            {"epoch": c.epoch, "kind": c.kind, "actor": c.actor, "params": c.params, "at": c.created_at.isoformat()}
+            for c in static_topics.history(topic)
+        ]
+        return Response({**wire.static_topic(m), "history": history})
+
+
+class MigrationView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="remappingStaticTopic",
+        parameters=[name_parameter("topic", OpenApiParameter.PATH)],
+        request=MigrationSerializer,
+        responses={
+            200: responses.MigrationAnswer,
+            **errors(
+                *BODY,
+                why={
+                    400: "29 INVALID_PARAMETER: a logical queue out of range or already on its target, "
+                    "or no broker set to drain into.",
+                    404: "17 TOPIC_NOT_EXIST (not a static topic) or 211 BROKER_NOT_EXIST (an unknown target).",
+                    409: "2100 LOGIC_QUEUE_MAPPING_FENCED_EPOCH (the mapping changed since epoch), 2101 LOGIC_QUEUE_MIGRATING "
+                    "(a queue's last move is not decided yet), 16 NO_PERMISSION (an isolated target).",
+                },
+            ),
+        },
+        description="Move logical queues (RocketMQ's remappingStaticTopic): moves, every queue of one broker set (drain), "
+        "or a share for a new broker set (scaleOut). Only the mapping moves: writes go to the new broker sets at once; "
+        "consumers read each old segment to its end, then the new one. preview: what would change, nothing changed.",
+    )
+    def post(self, request, topic: str):
+        checked_param("topic", topic)
+        s = MigrationSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        drain = d.get("drain") or {}
+        named = [m["brokerName"] for m in d.get("moves", ())] + [drain.get("brokerName")] + list(drain.get("targets", ()))
+        current = static_topics.mapping_of(topic)  # a bound token may act on a topic wholly on its cluster only
+        touched = [*named, d.get("scaleOut"), *(current.brokers() if current else ())]
+        caller_of(request).check(broker_sets=[n for n in touched if n])
+        try:
+            done = static_topics.migrate(
+                topic,
+                moves={m["queueId"]: m["brokerName"] for m in d.get("moves", ())},
+                drain=drain.get("brokerName"),
+                targets=drain.get("targets"),
+                scale_out=d.get("scaleOut"),
+                expected_epoch=d.get("epoch"),
+                actor=who(request),
+                apply=not d["preview"],
+            )
+        except static_topics.StaticTopicRefused as exc:
+            raise _refused(exc) from None
+        return Response(
+            _ok(
+                applied=done.applied,
+                epochBefore=done.before.epoch,
+                epoch=done.after.epoch,
+                moves=[wire.queue_move(p) for p in done.moves],
+                oldSegmentsKeptHours=static_topics.FILE_RESERVED_HOURS,
+                mapping=wire.static_topic(done.after),
+            )
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .core.logical_queues import MovePreview, TopicMapping
 from .core.routes import BrokerData, TopicRouteData
 from .core.values import Group, QueueData
 from .liveness import member
@@ -81,4 +82,25 @@ def cluster_info(groups: dict[str, Group], live: dict[str, tuple[int, int] | Non
             for name, g in groups.items()
         },
         "clusterAddrTable": {c: sorted(names) for c, names in sorted(clusters.items())},
+    }
+
+
+def static_topic(m: TopicMapping) -> dict:
+    """A static topic's mapping with each segment's state (writable, sealing, read_only, expired)."""
+    return {
+        "topic": m.topic,
+        "epoch": m.epoch,
+        "queues": [
+            {"queueId": q.queue_id, "segments": [{**s.to_wire(), "state": q.state(n).value} for n, s in enumerate(q.segments)]}
+            for q in m.queues
+        ],
+    }
+
+
+def queue_move(p: MovePreview) -> dict:
+    return {
+        "queueId": p.queue_id,
+        "source": {"brokerName": p.from_broker, "queueId": p.from_queue},
+        "target": {"brokerName": p.to_broker, "queueId": p.to_queue},
+        "reused": p.reused,
     }

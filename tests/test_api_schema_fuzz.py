@@ -256,6 +256,9 @@ RULES_OUTSIDE_THE_SCHEMA = {
     "unisolateBroker": "a brokerId that is not in the named set: 400 + 29 (docs/api.md, Operations)",
     "brokerHeartbeat": "waterLevels.brokerName is the heartbeat's brokerName; slave brokerIds are unique (docs/websocket.md)",
     "registerBroker": "topicConfigTable's keys are topic names (OpenAPI 3.0 lacks propertyNames), each entry's topicName its key",
+    "updateStaticTopic": "each broker set once: 400 + 29 (docs/static-topics.md)",
+    "remappingStaticTopic": "a logical queue beyond the topic's, one already on its target, one named twice, "
+    "a drain into itself: 400 + 29 (docs/static-topics.md)",
 }
 # One schema serves every caller, but a broker token elects only itself, so its election names its
 # brokerId, which an operator's automatic election leaves out (docs/api.md, Controller).

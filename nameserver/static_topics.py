@@ -1,0 +1,138 @@
+"""Static topics (seed 003, RIP-21): creating one and moving its logical queues between broker sets.
+
+Each change is load → decide → store: the topic's row is locked (``SELECT ... FOR UPDATE``), the pure
+rules of nameserver/core/logical_queues.py make the new mapping, the invariant checker must find
+nothing wrong, and the row and its history row (one per epoch) are written in the same transaction.
+A change planned against an older epoch is refused (LOGIC_QUEUE_MAPPING_FENCED_EPOCH), so two
+operators moving queues of one topic take turns and the second sees the first. A preview runs the
+same rules and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from controlplane.codes import ResponseCode as C
+from controlplane.isolation import isolated_addrs
+
+from .core import logical_queues as lq
+from .models import BrokerGroup, StaticTopic, StaticTopicChange
+
+# How long a read-only segment stays readable: until its broker deletes its data, by default
+# fileReservedTime (72 h) after its last message (reference §7).
+FILE_RESERVED_HOURS = 72
+
+
+class StaticTopicRefused(Exception):
+    """Nothing was changed: the RocketMQ (or our) code, why, and the HTTP status to answer with."""
+
+    def __init__(self, code: C, detail: str, http_status: int = 409):
+        super().__init__(detail)
+        self.code, self.detail, self.http_status = code, detail, http_status
+
+
+@dataclass(frozen=True)
+class Migration:
+    before: lq.TopicMapping
+    after: lq.TopicMapping
+    moves: list[lq.MovePreview]
+    applied: bool
+
+
+def mapping_of(topic: str) -> lq.TopicMapping | None:
+    row = StaticTopic.objects.filter(topic=topic).first()
+    return None if row is None else lq.TopicMapping.from_wire(row.mapping)
+
+
+def all_mappings() -> list[lq.TopicMapping]:
+    return [lq.TopicMapping.from_wire(row.mapping) for row in StaticTopic.objects.all()]
+
+
+def _check_targets(names: list[str]) -> None:
+    """Every broker set named exists and has a broker that is not isolated."""
+    groups = {g.broker_name: g for g in BrokerGroup.objects.filter(broker_name__in=names).prefetch_related("members")}
+    missing = sorted(set(names) - groups.keys())
+    if missing:
+        raise StaticTopicRefused(C.BROKER_NOT_EXIST, "unknown broker set(s): " + ", ".join(missing), 404)
+    isolated = isolated_addrs()
+    for name in sorted(set(names)):
+        group = groups[name]
+        members = [(group.cluster_name, m.broker_addr) for m in group.members.all()]
+        if not members:
+            raise StaticTopicRefused(C.BROKER_NOT_EXIST, f"broker set {name} has no broker registered", 404)
+        if all(m in isolated for m in members):
+            raise StaticTopicRefused(C.NO_PERMISSION, f"broker set {name} is isolated: it takes no queues", 409)
+
+
+def _store(row: StaticTopic, m: lq.TopicMapping, kind: str, actor: str, params: dict) -> None:
+    wrong = lq.problems(m)
+    if wrong:  # a rule bug must fail loudly, never be stored
+        raise StaticTopicRefused(C.SYSTEM_ERROR, "the new mapping breaks an invariant: " + "; ".join(wrong), 500)
+    row.epoch, row.mapping = m.epoch, m.to_wire()
+    row.save()
+    StaticTopicChange.objects.create(topic=row, epoch=m.epoch, kind=kind, actor=actor, params=params, mapping=row.mapping)
+
+
+def create(topic: str, queue_count: int, broker_names: list[str], *, actor: str) -> lq.TopicMapping:
+    """A new static topic with ``queue_count`` logical queues spread over ``broker_names``."""
+    try:
+        m = lq.initial(topic, queue_count, broker_names)
+    except lq.MappingRefused as exc:
+        raise StaticTopicRefused(exc.code, exc.detail, 400) from None
+    with transaction.atomic():
+        _check_targets(broker_names)
+        row, created = StaticTopic.objects.select_for_update().get_or_create(
+            topic=topic, defaults={"epoch": m.epoch, "mapping": m.to_wire()}
+        )
+        if not created:
+            raise StaticTopicRefused(C.INVALID_PARAMETER, f"{topic} is a static topic already (epoch {row.epoch})")
+        _store(row, m, StaticTopicChange.Kind.CREATE, actor, {"queueNums": queue_count, "brokerNames": broker_names})
+    return m
+
+
+def migrate(
+    topic: str,
+    *,
+    moves: Mapping[int, str] | None = None,
+    drain: str | None = None,
+    targets: list[str] | None = None,
+    scale_out: str | None = None,
+    expected_epoch: int | None = None,
+    actor: str,
+    apply: bool = True,
+) -> Migration:
+    """Move logical queues of ``topic``: the given ``moves``, every queue writing on ``drain`` (to
+    ``targets``; by default the other broker sets writing the topic), or a share for a new broker
+    set (``scale_out``). Writes go to the new broker sets
+    as soon as this commits; data is not moved. ``apply=False``: the preview, nothing written."""
+    with transaction.atomic():
+        row = StaticTopic.objects.select_for_update().filter(topic=topic).first()
+        if row is None:
+            raise StaticTopicRefused(C.TOPIC_NOT_EXIST, f"{topic} is not a static topic", 404)
+        before = lq.TopicMapping.from_wire(row.mapping)
+        try:
+            if expected_epoch is not None:
+                lq.ensure_epoch(before, expected_epoch)
+            if drain is not None:
+                others = sorted({b for b, _ in before.owners().values()} - {drain})
+                planned = lq.drain(before, drain, targets or others)
+            elif scale_out is not None:
+                planned = lq.scale_out(before, scale_out)
+            else:
+                planned = dict(moves or {})
+            _check_targets(sorted(set(planned.values())))
+            after = lq.plan_moves(before, planned)
+        except lq.MappingRefused as exc:
+            status = 409 if exc.code in (C.LOGIC_QUEUE_MAPPING_FENCED_EPOCH, C.LOGIC_QUEUE_MIGRATING) else 400
+            raise StaticTopicRefused(exc.code, exc.detail, status) from None
+        if apply:
+            params = {"moves": {str(k): v for k, v in sorted(planned.items())}, "epochBefore": before.epoch}
+            _store(row, after, StaticTopicChange.Kind.MOVE, actor, params)
+    return Migration(before, after, lq.preview(before, after), apply)
+
+
+def history(topic: str) -> list[StaticTopicChange]:
+    return list(StaticTopicChange.objects.filter(topic_id=topic).order_by("epoch"))

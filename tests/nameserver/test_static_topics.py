@@ -1,0 +1,185 @@
+"""Static topics over REST on real PostgreSQL (issue 18; nameserver/static_topics.py): creating one,
+previewing and applying a migration (one epoch, one history row and one audit record per change),
+drain and scale-out, concurrent migrations of one topic taking turns (the second refused with the new
+epoch's code), and bad input answered with a clear code while nothing changes."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from controlplane.codes import ResponseCode as C
+from controlplane.models import ApiToken, OperatorAction, TokenScope
+from nameserver import static_topics
+from nameserver.models import StaticTopic, StaticTopicChange
+from tests.nameserver.helpers import NS, register_body
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+B1, B2, B3 = "lq-b1", "lq-b2", "lq-b3"
+ADDRS = {B1: "127.0.0.1:10911", B2: "127.0.0.1:10921", B3: "127.0.0.1:10931"}
+
+
+@pytest.fixture
+def sets(api):
+    for name, addr in ADDRS.items():
+        r = api.post(f"{NS}/brokers/register", register_body(0, addr, name=name, topics={}), format="json")
+        assert r.status_code == 200, r.content
+    return api
+
+
+def create(api, topic="Orders", queues=8, brokers=(B1, B2)):
+    return api.post(f"{NS}/static-topics", {"topicName": topic, "queueNums": queues, "brokerNames": list(brokers)}, format="json")
+
+
+def migrate(api, body, topic="Orders"):
+    return api.post(f"{NS}/static-topics/{topic}/migrations", body, format="json")
+
+
+def owners(api, topic="Orders") -> dict[int, tuple[str, int]]:
+    detail = api.get(f"{NS}/static-topics/{topic}").json()
+    return {q["queueId"]: (q["segments"][-1]["brokerName"], q["segments"][-1]["queueId"]) for q in detail["queues"]}
+
+
+def stored_epoch(topic="Orders") -> int:
+    return StaticTopic.objects.get(topic=topic).epoch
+
+
+def test_a_static_topic_is_created_spread_over_its_broker_sets_and_recorded(sets):
+    r = create(sets)
+    assert r.status_code == 200, r.content
+    mapping = r.json()["mapping"]
+    assert mapping["epoch"] == 1 and len(mapping["queues"]) == 8
+    assert owners(sets) == {i: ((B1, B2)[i % 2], i // 2) for i in range(8)}
+    assert mapping["queues"][0]["segments"] == [
+        {"brokerName": B1, "queueId": 0, "logicStart": 0, "physStart": 0, "physEnd": None, "expired": False, "state": "writable"}
+    ]
+    assert [(c.epoch, c.kind) for c in StaticTopicChange.objects.all()] == [(1, "create")]
+    assert OperatorAction.objects.filter(action=f"POST {NS}/static-topics").count() == 1
+    again = create(sets)
+    assert again.status_code == 409 and again.json()["code"] == C.INVALID_PARAMETER
+
+
+def test_a_preview_changes_nothing_and_the_migration_then_moves_only_the_mapping(sets):
+    create(sets)
+    moves = [{"queueId": i, "brokerName": B3} for i in (0, 1, 2, 3)]
+    preview = migrate(sets, {"moves": moves, "preview": True, "epoch": 1})
+    assert preview.status_code == 200, preview.content
+    body = preview.json()
+    assert (body["applied"], body["epochBefore"], body["epoch"]) == (False, 1, 2)
+    assert [(m["queueId"], m["source"]["brokerName"], m["target"]) for m in body["moves"]] == [
+        (i, (B1, B2)[i % 2], {"brokerName": B3, "queueId": i}) for i in range(4)
+    ]
+    assert body["oldSegmentsKeptHours"] == 72
+    assert stored_epoch() == 1 and StaticTopicChange.objects.count() == 1  # nothing written
+
+    applied = migrate(sets, {"moves": moves, "epoch": 1})
+    assert applied.status_code == 200 and applied.json()["applied"] is True
+    assert stored_epoch() == 2
+    assert {i: o for i, o in owners(sets).items() if i < 4} == {i: (B3, i) for i in range(4)}
+    detail = sets.get(f"{NS}/static-topics/Orders").json()
+    q0 = detail["queues"][0]["segments"]
+    assert [s["state"] for s in q0] == ["sealing", "writable"] and q0[1]["logicStart"] is None
+    assert [(h["epoch"], h["kind"]) for h in detail["history"]] == [(1, "create"), (2, "move")]
+    assert detail["history"][1]["params"]["moves"] == {str(i): B3 for i in range(4)}
+    assert OperatorAction.objects.filter(action=f"POST {NS}/static-topics/Orders/migrations").count() == 2
+
+
+def test_drain_takes_every_queue_off_a_broker_set_and_scale_out_gives_a_new_one_its_share(sets):
+    create(sets)
+    r = migrate(sets, {"scaleOut": B3})
+    assert r.status_code == 200, r.content
+    assert sorted(m["queueId"] for m in r.json()["moves"]) == [6, 7]  # 8 // 3 = 2, one from each
+    # queues 6, 7 are still moving (undecided): draining them is refused, the rest may go
+    refused = migrate(sets, {"drain": {"brokerName": B3}})
+    assert refused.status_code == 409 and refused.json()["code"] == C.LOGIC_QUEUE_MIGRATING
+    r = migrate(sets, {"drain": {"brokerName": B1}})  # to the others writing the topic (B2, B3)
+    assert r.status_code == 200, r.content
+    assert B1 not in {b for b, _ in owners(sets).values()}
+    assert stored_epoch() == 3
+
+
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        ({"moves": [{"queueId": 8, "brokerName": B3}]}, 400, C.INVALID_PARAMETER),  # out of range
+        ({"moves": [{"queueId": 0, "brokerName": B1}]}, 400, C.INVALID_PARAMETER),  # already there
+        ({"moves": [{"queueId": 0, "brokerName": "no-such-set"}]}, 404, C.BROKER_NOT_EXIST),
+        ({"moves": [{"queueId": 0, "brokerName": B3}], "epoch": 7}, 409, C.LOGIC_QUEUE_MAPPING_FENCED_EPOCH),
+        ({"moves": [{"queueId": 0, "brokerName": B3}], "scaleOut": B3}, 400, C.INVALID_PARAMETER),
+        ({"moves": [{"queueId": 0, "brokerName": B3}, {"queueId": 0, "brokerName": B2}]}, 400, C.INVALID_PARAMETER),
+        ({"moves": [{"queueId": -1, "brokerName": B3}]}, 400, C.INVALID_PARAMETER),
+        ({"drain": {"brokerName": B1, "targets": [B1]}}, 400, C.INVALID_PARAMETER),  # into itself
+        ({}, 400, C.INVALID_PARAMETER),
+    ],
+)
+def test_a_bad_migration_is_refused_with_its_code_and_changes_nothing(sets, body, status, code):
+    create(sets)
+    r = migrate(sets, body)
+    assert r.status_code == status, r.content
+    assert r.json()["code"] == code
+    assert stored_epoch() == 1 and StaticTopicChange.objects.count() == 1
+
+
+def test_a_migration_to_an_isolated_set_or_of_an_unknown_topic_is_refused(sets):
+    create(sets)
+    r = sets.post("/api/v1/operations/brokers/isolate", {"brokerName": B3, "brokerId": 0}, format="json")
+    assert r.status_code == 200, r.content
+    r = migrate(sets, {"moves": [{"queueId": 0, "brokerName": B3}]})
+    assert r.status_code == 409 and r.json()["code"] == C.NO_PERMISSION
+    r = migrate(sets, {"moves": [{"queueId": 0, "brokerName": B3}]}, topic="NoSuchTopic")
+    assert r.status_code == 404 and r.json()["code"] == C.TOPIC_NOT_EXIST
+    assert stored_epoch() == 1
+    bad = create(sets, topic="Other", brokers=(B1, "no-such-set"))
+    assert bad.status_code == 404 and bad.json()["code"] == C.BROKER_NOT_EXIST
+    assert not StaticTopic.objects.filter(topic="Other").exists()
+
+
+def test_concurrent_migrations_of_one_topic_take_turns_and_the_second_sees_the_new_epoch(sets):
+    create(sets)
+    barrier = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def one(moves: dict[int, str]) -> None:
+        try:
+            barrier.wait()
+            outcomes.append(static_topics.migrate("Orders", moves=moves, expected_epoch=1, actor="t"))
+        except static_topics.StaticTopicRefused as exc:
+            outcomes.append(exc.code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=one, args=(m,)) for m in ({0: B3}, {1: B3})]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(str(o) for o in outcomes if isinstance(o, C)) == [str(C.LOGIC_QUEUE_MAPPING_FENCED_EPOCH)]
+    assert len([o for o in outcomes if isinstance(o, static_topics.Migration)]) == 1
+    assert stored_epoch() == 2
+    assert [c.epoch for c in StaticTopicChange.objects.order_by("epoch")] == [1, 2]
+
+
+def test_a_viewer_cannot_migrate(sets, read_token):
+    create(sets)
+    sets.credentials(HTTP_AUTHORIZATION=f"Bearer {read_token}")
+    r = migrate(sets, {"moves": [{"queueId": 0, "brokerName": B3}]})
+    assert r.status_code == 403
+    assert stored_epoch() == 1
+
+
+def test_a_token_bound_to_another_cluster_neither_sees_nor_moves_the_topic(sets):
+    create(sets)
+    other = APIClient()
+    other.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue('lq-other', TokenScope.ADMIN, 'c2')[1]}")
+    assert other.get(f"{NS}/static-topics").json() == {"staticTopics": []}
+    assert other.get(f"{NS}/static-topics/Orders").status_code == 403
+    r = migrate(other, {"drain": {"brokerName": B1}})
+    assert r.status_code == 403 and r.json()["code"] == C.NO_PERMISSION
+    assert stored_epoch() == 1
+    own = APIClient()
+    own.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue('lq-own', TokenScope.ADMIN, 'c1')[1]}")
+    assert [m["topic"] for m in own.get(f"{NS}/static-topics").json()["staticTopics"]] == ["Orders"]
