@@ -114,7 +114,7 @@ def test_a_delivery_time_in_the_past_or_beyond_the_maximum_is_refused_and_nothin
 
 
 def test_delay_levels_go_through_the_wheel_and_a_bad_level_is_refused(tmp_path):
-    """useDelayLevel: a delivery time 2 s ahead is rounded up to level 2 (5 s); a DELAY property of
+    """useDelayLevel: a delivery time 2-3 s ahead is rounded up to level 2 (5 s); a DELAY property of
     level 1 is due 1 s after it is stored; ``DELAY=soon`` is refused with ILLEGAL_MESSAGE_PROPERTY_KEY
     and nothing is stored."""
     topics = (DELAY_TOPIC, TopicConfig(LEVELS, 4, 4, 6))
@@ -123,8 +123,11 @@ def test_delay_levels_go_through_the_wheel_and_a_bad_level_is_refused(tmp_path):
         producer = Producer(ClientConfiguration(access, Credentials()), (TOPIC, LEVELS))
         producer.startup()
         try:
+            warm = ClientMessage()  # the first send fetches routes: on a busy machine that can take a second
+            warm.topic, warm.body = LEVELS, b"warm"
+            warm_id = producer.send(warm).message_id
             sent_at = time.time()
-            rounded = send_timers(producer, 5, int(sent_at) + 2, "rounded")
+            rounded = send_timers(producer, 5, int(sent_at) + 3, "rounded")  # 2-3 s ahead: level 2
             leveled = set()
             for i in range(5):
                 msg = ClientMessage()
@@ -145,7 +148,7 @@ def test_delay_levels_go_through_the_wheel_and_a_bad_level_is_refused(tmp_path):
             assert received_at >= sent_at + 5, "delivered before its level's 5 s"
             assert sent_at * 1000 + 5000 <= delivery_ms <= time.time() * 1000  # the level's time, not the asked one
         got = receive(access, "tm-d", leveled, 60, topic=LEVELS)
-        assert got.keys() == leveled
+        assert got.keys() - {warm_id} == leveled
         assert all(received_at >= sent_at + 1 for [(received_at, _)] in got.values())
     for r in replicas:
         bodies = {m.body for m in iter_messages(r)}
