@@ -106,8 +106,8 @@ def migrate(
 ) -> Migration:
     """Move logical queues of ``topic``: the given ``moves``, every queue writing on ``drain`` (to
     ``targets``; by default the other broker sets writing the topic), or a share for a new broker
-    set (``scale_out``). Writes go to the new broker sets
-    as soon as this commits; data is not moved. ``apply=False``: the preview, nothing written."""
+    set (``scale_out``). Writes go to the new broker sets as soon as this commits; data is not
+    moved. ``apply=False``: the preview, nothing written."""
     with transaction.atomic():
         row = StaticTopic.objects.select_for_update().filter(topic=topic).first()
         if row is None:

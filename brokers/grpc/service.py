@@ -427,7 +427,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 if due is not None and self.config.useDelayLevel:
                     level = level_for(due - now, levels)
                     props = {**props, DELAY: str(level)}
-                    deliver_ms = due = now + levels[level - 1]
+                    deliver_ms = due = now + (level_delay_ms(level, levels) or 0)
         except TimerRefused as exc:
             return spb.SendMessageResponse(status=_status(pb.Code.ILLEGAL_DELIVERY_TIME, str(exc)))
         except ValueError as exc:  # the DELAY property
