@@ -139,6 +139,7 @@ class Broker:
         self.nameserver.water_levels = self.ha.water_levels
         self.nameserver.on_registered = self._on_registered
         self.nameserver.on_push["isolate"] = self._on_isolate
+        self.nameserver.on_push["static_topic"] = self._on_static_topic
         self.replicas = (
             ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics) if config.enableControllerMode else None
         )
@@ -208,6 +209,9 @@ class Broker:
         self.grpc_service.on_topics_changed = self.nameserver.register_soon
         self.grpc_service.forwards_sends = self._forwards_sends
         self.grpc_service.on_offset_committed = self.offset_reporter.committed
+        static = self.grpc_service.static  # static topics' mappings (brokers/static.py): the master seals
+        static.report = lambda sealed: self.nameserver.call("static_topic_sealed", sealed)
+        static.may_seal = lambda: self.metalog.mode is MetaMode.WRITER
         self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
         if self.metalog.mode is MetaMode.WRITER:
             self._taken_over()
@@ -298,6 +302,7 @@ class Broker:
         self.metalog.want_snapshot()
         if self.grpc_service is not None:
             self._in_background(self.grpc_service.correct_overflows(), "offset-overflow")
+            self.grpc_service.static.seal_due()
             self.grpc_service.transactions.loaded = False  # rebuilt from this log at its first use
         if self.config.timerWheelEnable:
             self.timers.activate()  # due timers go out from this log's last checkpoint on
@@ -363,8 +368,17 @@ class Broker:
         this broker: so isolation survives a restart of this process and a push it missed."""
         self.ha.on_master_ha_addr(reply.get("haServerAddr"))
         self._master_addr = reply.get("masterAddr") or None
+        if self.grpc_service is not None:  # static topics: the poll behind the pushes; a seal not decided is reported again
+            for mapping in reply.get("staticTopics") or ():
+                self.grpc_service.static.update(mapping)
+            self.grpc_service.static.seal_due()
         if "isolated" in reply:  # (a control plane that does not say leaves the last word standing)
             self._set_isolated(reply["isolated"] is True)
+
+    async def _on_static_topic(self, payload: dict) -> None:
+        """A static topic's mapping changed (pushed by the control plane)."""
+        if self.grpc_service is not None and isinstance(payload.get("mapping"), dict):
+            self.grpc_service.static.update(payload["mapping"])
 
     async def _on_isolate(self, payload: dict) -> None:
         """An operator isolated this broker (or lifted it): pushed at once, and repeated by every

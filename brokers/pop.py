@@ -40,15 +40,23 @@ class ReceiptHandle:
     queue_id: int
     offset: int
     nonce: str
+    # The broker set that handed it out, on a static topic's messages (brokers/static.py): an ack
+    # may reach another broker set of the logical queue, which hands it on. Empty: this one.
+    broker: str = ""
 
     def encode(self) -> str:
-        return "\x1f".join((self.group, self.topic, str(self.queue_id), str(self.offset), self.nonce)).encode().hex()
+        parts = [self.group, self.topic, str(self.queue_id), str(self.offset), self.nonce]
+        if self.broker:
+            parts.append(self.broker)
+        return "\x1f".join(parts).encode().hex()
 
     @classmethod
     def decode(cls, raw: str) -> ReceiptHandle | None:
         try:
-            group, topic, queue_id, offset, nonce = bytes.fromhex(raw).decode().split("\x1f")
-            return cls(group, topic, int(queue_id), int(offset), nonce)
+            group, topic, queue_id, offset, nonce, *broker = bytes.fromhex(raw).decode().split("\x1f")
+            if len(broker) > 1:
+                return None
+            return cls(group, topic, int(queue_id), int(offset), nonce, broker[0] if broker else "")
         except (ValueError, UnicodeDecodeError):
             return None
 
@@ -192,7 +200,7 @@ class PopState:
         self.apply_invisible(
             handle.group, handle.topic, handle.queue_id, handle.offset, now_ms() + invisible_ms, secrets.token_hex(6)
         )
-        return ReceiptHandle(handle.group, handle.topic, handle.queue_id, handle.offset, found[1].nonce)
+        return ReceiptHandle(handle.group, handle.topic, handle.queue_id, handle.offset, found[1].nonce, handle.broker)
 
     def apply_invisible(self, group: str, topic: str, queue_id: int, offset: int, deadline_ms: int, nonce: str) -> None:
         flight = self.queue(group, topic, queue_id).in_flight.get(offset)

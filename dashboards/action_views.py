@@ -51,15 +51,15 @@ def _bool_field(data: dict, name: str) -> bool:
 
 def _operator_action(handler):
     @login_required
-    def view(request: HttpRequest, broker_name: str, *args, **kwargs):
+    def view(request: HttpRequest, *args, **kwargs):
         if not is_operator(request.user):
             return JsonResponse({"detail": "operators only"}, status=403)
         try:
-            return JsonResponse(handler(request, broker_name, *args, **kwargs))
+            return JsonResponse(handler(request, *args, **kwargs))
         except actions.ActionError as exc:
             return JsonResponse({"detail": exc.detail, **({"fields": exc.fields} if exc.fields else {})}, status=exc.status)
         except Exception:  # e.g. the audit record could not be written: the action was rolled back with it
-            log.exception("operator action %s on %s failed", handler.__name__, broker_name)
+            log.exception("operator action %s on %s failed", handler.__name__, kwargs or args)
             return JsonResponse({"detail": "internal error, nothing was changed; see the server log"}, status=500)
 
     view.__name__ = handler.__name__
@@ -95,3 +95,9 @@ def isolate(request: HttpRequest, broker_name: str) -> dict:
 @_operator_action
 def write_perm(request: HttpRequest, broker_name: str) -> dict:
     return actions.set_write_perm(request.user.get_username(), broker_name, _bool_field(_body(request), "writable"))
+
+
+@require_POST
+@_operator_action
+def migrate_static_topic(request: HttpRequest, topic: str) -> dict:
+    return actions.migrate_static_topic(request.user.get_username(), topic, _body(request))

@@ -17,6 +17,8 @@ from controlplane.controller.core.preview import ElectionPreview
 from controlplane.controller.core.state import Trigger
 from controlplane.operations import isolation
 from nameserver import services as ns_services
+from nameserver import static_topics, wire
+from nameserver.serializers import MigrationSerializer
 
 from . import selectors
 
@@ -114,3 +116,27 @@ def set_write_perm(actor: str, broker_name: str, writable: bool) -> dict:
         result="ok",
     )
     return {"ok": True, "result": "ok", "topicsChanged": topics, "before": {}, "after": {"writable": writable}}
+
+
+@audited
+def migrate_static_topic(actor: str, topic: str, data: dict) -> dict:
+    """Preview or apply a move of a static topic's logical queues (the body of the REST migration,
+    checked by the same serializer, carried out by the same service); an applied one is audited."""
+    checked = MigrationSerializer(data=data)
+    if not checked.is_valid():
+        raise ActionError("invalid input", checked.errors)
+    try:
+        done = static_topics.migrate_checked(topic, checked.validated_data, actor=actor)
+    except static_topics.StaticTopicRefused as exc:
+        raise ActionError(f"{exc.code.value} {exc.code.name}: {exc.detail}", status=exc.http_status) from exc
+    answer = wire.migration(done, static_topics.FILE_RESERVED_HOURS)
+    if done.applied:
+        audit.record(
+            actor,
+            "remap_static_topic",
+            params={"topic": topic, **{k: v for k, v in data.items() if k != "preview"}},
+            before={"epoch": done.before.epoch},
+            after={"epoch": done.after.epoch, "moves": answer["moves"]},
+            result="ok",
+        )
+    return {"ok": True, "result": "ok" if done.applied else "preview", **answer}

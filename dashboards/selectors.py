@@ -14,7 +14,7 @@ from controlplane.controller.config_store import current_config as controller_co
 from controlplane.controller.models import ReplicaGroup, Transition
 from controlplane.isolation import isolated_addrs
 from nameserver import selectors as ns
-from nameserver import water_levels, wire
+from nameserver import static_topics, water_levels, wire
 from nameserver.core.routes import acting_master_id
 from nameserver.models import BrokerGroup
 from nameserver.settings_store import current_config as nameserver_config
@@ -320,6 +320,16 @@ def topics() -> list[dict]:
         route = ns.topic_route(topic)
         out.append({"topic": topic, "route": wire.topic_route(route) if route else None})
     return out
+
+
+def static_topics_view() -> dict:
+    """Every static topic's mapping (segments with their states, as REST shows them) and the broker
+    set names an operator can move queues to."""
+    mappings = [wire.static_topic(m) for m in sorted(static_topics.all_mappings(), key=lambda m: m.topic)]
+    return {
+        "mappings": mappings,
+        "brokerSets": list(BrokerGroup.objects.order_by("broker_name").values_list("broker_name", flat=True)),
+    }
 
 
 def configs() -> dict:

@@ -29,6 +29,8 @@ urlpatterns = [
     path("groups/<brokername:broker_name>/water-levels.json", views.water_levels, name="water-levels"),
     path("brokers/", views.brokers, name="brokers"),
     path("topics/", views.topics, name="topics"),
+    path("static-topics/", views.static_topics, name="static-topics"),
+    path("static-topics/<str:topic>/migrate", action_views.migrate_static_topic, name="migrate-static-topic"),
     path("config/", views.config, name="config"),
     path("audit/", views.audit, name="audit"),
     # Operator actions (action_views.py): JSON, operators only, CSRF

@@ -16,6 +16,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, JsonResponse
 from django.shortcuts import render
 from django.urls import reverse
+from django.views.decorators.csrf import ensure_csrf_cookie
 
 from controlplane.models import OperatorAction
 
@@ -130,6 +131,17 @@ def topics(request):
             queues = {q["brokerName"]: q for q in route["queueDatas"]}
             topic["rows"] = [{"broker": b, "queue": queues.get(b["brokerName"])} for b in route["brokerDatas"]]
     return _page(request, "dashboards/topics.html", {"topics": topics})
+
+
+@login_required
+@ensure_csrf_cookie
+def static_topics(request):
+    """Static topics: each logical queue's segments; operators preview and apply moves, drains and
+    scale-outs (the same service as REST, audited)."""
+    view = selectors.static_topics_view()
+    for m in view["mappings"]:
+        m["writers"] = sorted({q["segments"][-1]["brokerName"] for q in m["queues"]})
+    return _page(request, "dashboards/static_topics.html", view)
 
 
 @login_required

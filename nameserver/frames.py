@@ -1,5 +1,5 @@
 """The nameserver's frames on the broker websocket (docs/websocket.md): register, heartbeat (with
-optional water levels), unregister, get_broker_member_group; and, when a socket closes, the brokers
+optional water levels), unregister, get_broker_member_group, static_topic_sealed; and, when a socket closes, the brokers
 it stood for are unregistered at once (RocketMQ's onChannelDestroy). Registered with
 ``controlplane.ws`` in ``NameserverConfig.ready``."""
 
@@ -13,8 +13,9 @@ from channels.db import database_sync_to_async
 
 from controlplane import validation as v
 from controlplane import ws
+from controlplane.errors import ApiError
 
-from . import liveness, route_cache, selectors, services, water_levels, wire
+from . import liveness, route_cache, selectors, services, static_topics, water_levels, wire
 from .core.water_levels import parse_water_levels
 from .serializers import MemberGroupQuerySerializer, RegisterBrokerSerializer, UnregisterSerializer
 from .signals import water_levels_reported
@@ -76,6 +77,8 @@ async def register(connection: ws.BrokerConsumer, payload: dict) -> dict:
     await connection.check_binding(clusters=[s.validated_data["clusterName"]], broker_sets=[s.validated_data["brokerName"]])
     result = await database_sync_to_async(services.register_broker)(s.to_request())
     reply = register_response(result)
+    # the static-topic mappings naming this broker set: the poll behind the pushes (brokers/static.py)
+    reply["staticTopics"] = await database_sync_to_async(static_topics.mappings_for)(s.validated_data["brokerName"])
     member = liveness.member(s.validated_data["clusterName"], s.validated_data["brokerAddr"])
     bound = connection.bound(BOUND)
     if member not in bound:
@@ -133,9 +136,33 @@ async def closed(connection: ws.BrokerConsumer) -> None:
             log.exception("unregistering %s after its websocket closed failed", member)
 
 
+_SEALED = {
+    "topic": v.name,
+    "queueId": v.integer(),
+    "brokerName": v.name,
+    "physicalQueueId": v.integer(),
+    "sealedEnd": v.integer(0, 2**63 - 1),
+}
+
+
+async def static_topic_sealed(connection: ws.BrokerConsumer, payload: dict) -> dict:
+    """A broker sealed its segment of a static topic's logical queue (docs/static-topics.md): the new
+    segment's logical start is decided. Answers the topic's mapping epoch after the report."""
+    d = v.checked(payload, _SEALED)
+    await connection.check_binding(broker_sets=[d["brokerName"]])
+    try:
+        m = await database_sync_to_async(static_topics.seal)(
+            d["topic"], d["queueId"], d["brokerName"], d["physicalQueueId"], d["sealedEnd"]
+        )
+    except static_topics.StaticTopicRefused as exc:
+        raise ApiError(exc.code, exc.detail, exc.http_status) from None
+    return {"epoch": m.epoch}
+
+
 def register_frames() -> None:
     ws.register("register", register)
     ws.register("heartbeat", heartbeat)
     ws.register("unregister", unregister)
     ws.register("get_broker_member_group", get_broker_member_group)
+    ws.register("static_topic_sealed", static_topic_sealed)
     ws.on_close(closed)

@@ -88,7 +88,7 @@ class NamesrvConfigEntry(models.Model):
 
 
 class StaticTopic(models.Model):
-    """A static topic's logical-queue mapping (seed 003; nameserver/core/logical_queues.py): every
+    """A static topic's logical-queue mapping (seed 003; controlplane/logical_queues.py): every
     logical queue's chain of segments, as ``TopicMapping.to_wire()``. Changed only by
     nameserver/static_topics.py, one row-locked transaction per change, each one epoch higher."""
 

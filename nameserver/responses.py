@@ -64,12 +64,33 @@ class BrokerDataAnswer(serializers.Serializer):
     brokerGrpcAddrs = _addr_table("ours: brokerId -> the RocketMQ 5 client endpoint")
 
 
+class _WireSegment(serializers.Serializer):
+    brokerName = serializers.CharField()
+    queueId = serializers.IntegerField(help_text="the physical queue on that broker set")
+    logicStart = serializers.IntegerField(allow_null=True, help_text="its first logical offset; null until decided")
+    physStart = serializers.IntegerField()
+    physEnd = serializers.IntegerField(allow_null=True, help_text="null while messages may still land")
+    expired = serializers.BooleanField()
+
+
+@extend_schema_serializer(component_name="LogicQueueMapping")
+class _WireMapping(serializers.Serializer):
+    topic = serializers.CharField()
+    epoch = serializers.IntegerField()
+    queues = serializers.ListField(
+        child=serializers.ListField(child=_WireSegment()), help_text="per logical queue, its segments oldest first"
+    )
+
+
 @extend_schema_serializer(component_name="TopicRouteData")
 class TopicRouteAnswer(serializers.Serializer):
     orderTopicConf = serializers.CharField(allow_null=True, help_text="always null")
     queueDatas = QueueDataAnswer(many=True)
     brokerDatas = BrokerDataAnswer(many=True)
     filterServerTable = serializers.DictField(help_text="always empty")
+    logicQueueMapping = _WireMapping(
+        required=False, help_text="a static topic's only (docs/static-topics.md), as RocketMQ's topicQueueMappingByBroker"
+    )
 
 
 @extend_schema_serializer(component_name="TopicList")
@@ -132,13 +153,7 @@ class ClusterInfoAnswer(serializers.Serializer):
 # --- static topics ------------------------------------------------------------------------------------
 
 
-class _SegmentAnswer(serializers.Serializer):
-    brokerName = serializers.CharField()
-    queueId = serializers.IntegerField(help_text="the physical queue on that broker set")
-    logicStart = serializers.IntegerField(allow_null=True, help_text="its first logical offset; null until decided")
-    physStart = serializers.IntegerField()
-    physEnd = serializers.IntegerField(allow_null=True, help_text="null while messages may still land")
-    expired = serializers.BooleanField()
+class _SegmentAnswer(_WireSegment):
     state = serializers.ChoiceField(choices=["writable", "sealing", "read_only", "expired"])
 
 

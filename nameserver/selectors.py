@@ -10,7 +10,7 @@ from controlplane.isolation import isolated_addrs
 from . import liveness, route_cache, wire
 from .core.routes import TopicRouteData, pickup_route
 from .core.values import DataVersion, Group, Member, QueueData
-from .models import BrokerGroup, BrokerMember, TopicQueue
+from .models import BrokerGroup, BrokerMember, StaticTopic, TopicQueue
 from .settings_store import current_config
 
 
@@ -63,9 +63,20 @@ def topic_route_json(topic: str) -> bytes | None:
 
     def render() -> bytes | None:
         route = topic_route(topic)
-        return None if route is None else json.dumps(wire.topic_route(route), separators=(",", ":")).encode()
+        if route is None:
+            return None
+        body = wire.topic_route(route)
+        mapping = static_mapping(topic)
+        if mapping is not None:  # as RocketMQ's route carries topicQueueMappingByBroker
+            body["logicQueueMapping"] = mapping
+        return json.dumps(body, separators=(",", ":")).encode()
 
     return route_cache.cached(("route-json", topic, support), render)
+
+
+def static_mapping(topic: str) -> dict | None:
+    """A static topic's logical-queue mapping, as stored (controlplane/logical_queues.py's wire form)."""
+    return StaticTopic.objects.filter(topic=topic).values_list("mapping", flat=True).first()
 
 
 def _topic_route(topic: str, support_acting_master: bool) -> TopicRouteData | None:

@@ -1,7 +1,7 @@
 """Static topics (seed 003, RIP-21): creating one and moving its logical queues between broker sets.
 
 Each change is load → decide → store: the topic's row is locked (``SELECT ... FOR UPDATE``), the pure
-rules of nameserver/core/logical_queues.py make the new mapping, the invariant checker must find
+rules of controlplane/logical_queues.py make the new mapping, the invariant checker must find
 nothing wrong, and the row and its history row (one per epoch) are written in the same transaction.
 A change planned against an older epoch is refused (LOGIC_QUEUE_MAPPING_FENCED_EPOCH), so two
 operators moving queues of one topic take turns and the second sees the first. A preview runs the
@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from django.db import transaction
 
+from controlplane import logical_queues as lq
 from controlplane.codes import ResponseCode as C
 from controlplane.isolation import isolated_addrs
 
-from .core import logical_queues as lq
+from . import notify, route_cache, selectors, services
 from .models import BrokerGroup, StaticTopic, StaticTopicChange
+
+PERM_READ_WRITE = 6  # a static topic's config on each of its broker sets (TopicConfig perm)
 
 # How long a read-only segment stays readable: until its broker deletes its data, by default
 # fileReservedTime (72 h) after its last message (reference §7).
@@ -43,8 +47,8 @@ class Migration:
 
 
 def mapping_of(topic: str) -> lq.TopicMapping | None:
-    row = StaticTopic.objects.filter(topic=topic).first()
-    return None if row is None else lq.TopicMapping.from_wire(row.mapping)
+    raw = selectors.static_mapping(topic)
+    return None if raw is None else lq.TopicMapping.from_wire(raw)
 
 
 def all_mappings() -> list[lq.TopicMapping]:
@@ -68,12 +72,60 @@ def _check_targets(names: list[str]) -> None:
 
 
 def _store(row: StaticTopic, m: lq.TopicMapping, kind: str, actor: str, params: dict) -> None:
+    """Write the new mapping and its history row; make sure every broker set of it has the topic
+    with enough physical queues (the topic config, pushed as any topic update is); after commit, the
+    routes change and every broker of the topic is told the new mapping (brokers also get it with
+    each registration answer, so a lost push only delays)."""
     wrong = lq.problems(m)
     if wrong:  # a rule bug must fail loudly, never be stored
         raise StaticTopicRefused(C.SYSTEM_ERROR, "the new mapping breaks an invariant: " + "; ".join(wrong), 500)
     row.epoch, row.mapping = m.epoch, m.to_wire()
     row.save()
     StaticTopicChange.objects.create(topic=row, epoch=m.epoch, kind=kind, actor=actor, params=params, mapping=row.mapping)
+    # The mapping is pushed before the topic configs: a broker never takes the topic for a plain one.
+    transaction.on_commit(partial(_announce, m))
+    transaction.on_commit(route_cache.registry_changed)
+    if kind in (StaticTopicChange.Kind.CREATE, StaticTopicChange.Kind.MOVE):
+        for broker, count in sorted(lq.physical_queue_counts(m).items()):
+            services.create_or_update_topic(
+                m.topic, read_queue_nums=count, write_queue_nums=count, perm=PERM_READ_WRITE, broker_names=[broker]
+            )
+
+
+def _announce(m: lq.TopicMapping) -> None:
+    """Push the mapping to every broker of every broker set it names (best effort)."""
+    payload = {"mapping": m.to_wire()}
+    for group in BrokerGroup.objects.filter(broker_name__in=m.brokers()).prefetch_related("members"):
+        notify.push(group.cluster_name, [member.broker_addr for member in group.members.all()], "static_topic", payload)
+
+
+def mappings_for(broker_name: str) -> list[dict]:
+    """The mappings naming ``broker_name`` (its registration answer carries them)."""
+    return [m.to_wire() for m in all_mappings() if broker_name in m.brokers()]
+
+
+def seal(topic: str, queue_id: int, broker_name: str, physical_queue: int, end: int) -> lq.TopicMapping:
+    """A broker sealed its segment of logical queue ``queue_id`` (physical queue ``physical_queue``)
+    at physical offset ``end``: the new segment's logical start is decided (``lq.decide``). A report
+    for a segment that is not (or no longer) the one sealing changes nothing: brokers report again
+    until they see the decision, so repeats are expected."""
+    with transaction.atomic():
+        row = StaticTopic.objects.select_for_update().filter(topic=topic).first()
+        if row is None:
+            raise StaticTopicRefused(C.TOPIC_NOT_EXIST, f"{topic} is not a static topic", 404)
+        m = lq.TopicMapping.from_wire(row.mapping)
+        if not 0 <= queue_id < len(m.queues):
+            raise StaticTopicRefused(C.INVALID_PARAMETER, f"{topic} has no logical queue {queue_id}", 400)
+        old = m.queues[queue_id].sealing
+        if old is None or (old.broker_name, old.queue_id) != (broker_name, physical_queue):
+            return m
+        try:
+            after = lq.decide(m, queue_id, end)
+        except lq.MappingRefused as exc:
+            raise StaticTopicRefused(exc.code, exc.detail, 400) from None
+        params = {"queueId": queue_id, "brokerName": broker_name, "physicalQueue": physical_queue, "sealedEnd": end}
+        _store(row, after, StaticTopicChange.Kind.DECIDE, f"broker:{broker_name}", params)
+    return after
 
 
 def create(topic: str, queue_count: int, broker_names: list[str], *, actor: str) -> lq.TopicMapping:
@@ -132,6 +184,21 @@ def migrate(
             params = {"moves": {str(k): v for k, v in sorted(planned.items())}, "epochBefore": before.epoch}
             _store(row, after, StaticTopicChange.Kind.MOVE, actor, params)
     return Migration(before, after, lq.preview(before, after), apply)
+
+
+def migrate_checked(topic: str, d: Mapping, *, actor: str) -> Migration:
+    """``migrate`` with a migration body as MigrationSerializer validated it (REST and the dashboard)."""
+    drain = d.get("drain") or {}
+    return migrate(
+        topic,
+        moves={m["queueId"]: m["brokerName"] for m in d.get("moves", ())},
+        drain=drain.get("brokerName"),
+        targets=drain.get("targets"),
+        scale_out=d.get("scaleOut"),
+        expected_epoch=d.get("epoch"),
+        actor=actor,
+        apply=not d.get("preview", False),
+    )
 
 
 def history(topic: str) -> list[StaticTopicChange]:

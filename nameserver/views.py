@@ -419,25 +419,7 @@ class MigrationView(APIView):
         touched = [*named, d.get("scaleOut"), *(current.brokers() if current else ())]
         caller_of(request).check(broker_sets=[n for n in touched if n])
         try:
-            done = static_topics.migrate(
-                topic,
-                moves={m["queueId"]: m["brokerName"] for m in d.get("moves", ())},
-                drain=drain.get("brokerName"),
-                targets=drain.get("targets"),
-                scale_out=d.get("scaleOut"),
-                expected_epoch=d.get("epoch"),
-                actor=who(request),
-                apply=not d["preview"],
-            )
+            done = static_topics.migrate_checked(topic, d, actor=who(request))
         except static_topics.StaticTopicRefused as exc:
             raise _refused(exc) from None
-        return Response(
-            _ok(
-                applied=done.applied,
-                epochBefore=done.before.epoch,
-                epoch=done.after.epoch,
-                moves=[wire.queue_move(p) for p in done.moves],
-                oldSegmentsKeptHours=static_topics.FILE_RESERVED_HOURS,
-                mapping=wire.static_topic(done.after),
-            )
-        )
+        return Response(_ok(**wire.migration(done, static_topics.FILE_RESERVED_HOURS)))

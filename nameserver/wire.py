@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .core.logical_queues import MovePreview, TopicMapping
+from controlplane.logical_queues import MovePreview, TopicMapping
+
 from .core.routes import BrokerData, TopicRouteData
 from .core.values import Group, QueueData
 from .liveness import member
@@ -103,4 +104,17 @@ def queue_move(p: MovePreview) -> dict:
         "source": {"brokerName": p.from_broker, "queueId": p.from_queue},
         "target": {"brokerName": p.to_broker, "queueId": p.to_queue},
         "reused": p.reused,
+    }
+
+
+def migration(done, kept_hours: int) -> dict:
+    """A migration's answer (``static_topics.Migration``): what moved, from where to where, and the
+    mapping after it."""
+    return {
+        "applied": done.applied,
+        "epochBefore": done.before.epoch,
+        "epoch": done.after.epoch,
+        "moves": [queue_move(p) for p in done.moves],
+        "oldSegmentsKeptHours": kept_hours,
+        "mapping": static_topic(done.after),
     }

@@ -38,7 +38,11 @@ WRONG = [
         "import dashboards.live",
         "Floors: composition root > edges > operations > siblings > ground",
     ),
-    ("brokers/_probe_apart.py", "import django.conf", "Brokers, Spark jobs, chaos, testkit: no Django, no control plane"),
+    (
+        "brokers/_probe_apart.py",
+        "import django.conf",
+        "Brokers, Spark jobs, chaos, testkit: no Django, no control plane",
+    ),
     ("chaos/_probe_tests.py", "import tests.conftest", "Chaos and bench use the test kit, never tests/"),
 ]
 

@@ -15,7 +15,7 @@ from tests.nameserver.test_websocket import call, connected
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 EACH_APPS_FRAMES = {
-    "nameserver": {"register", "heartbeat", "unregister", "get_broker_member_group"},
+    "nameserver": {"register", "heartbeat", "unregister", "get_broker_member_group", "static_topic_sealed"},
     "controller": {
         "controller_heartbeat",
         "get_next_broker_id",

@@ -14,6 +14,8 @@ import contextlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -31,6 +33,7 @@ from ..topics import PERM_READ, PERM_WRITE, TopicConfig
 from .clients import client_language
 from .codes import send_code
 from .forward import Forwarder, NoServingBroker, ServeHere
+from .logical import LogicalSide, by_broker
 from .messages import client_message
 
 log = logging.getLogger("brokers.grpc")
@@ -80,8 +83,9 @@ class NotStored(Exception):
         self.status, self.detail = status, detail
 
 
-class ConsumerSide:
-    """Mixed into MessagingService; needs ``self.store``, ``self.config``."""
+class ConsumerSide(LogicalSide):
+    """Mixed into MessagingService; needs ``self.store``, ``self.config``; static topics' logical
+    queues through LogicalSide (``init_logical``)."""
 
     store: MessageStore
     forwarder: Forwarder
@@ -156,6 +160,12 @@ class ConsumerSide:
         invisible_ms = _ms(request.invisible_duration) or 30_000
         # Answer before the client's own deadline (request timeout + await duration): keep a margin.
         deadline = asyncio.get_running_loop().time() + max(0.0, _ms(request.long_polling_timeout) / 1000 - 0.5)
+        static = self.static.get(topic)
+        if static is not None:  # a static topic's logical queue (logical.py)
+            pop_segment = partial(self._pop_segment, group, topic, batch, invisible_ms, matches, deadline)
+            async for answer in self.receive_logical(request, context, static, pop_segment):
+                yield answer
+            return
         orderly = self.orderly(topic)
         try:
             await self._ensure_group(group)
@@ -173,17 +183,61 @@ class ConsumerSide:
                 if found or asyncio.get_running_loop().time() >= deadline or not self.serving:
                     break
                 await self._until_new(group, topic)
+            outcome: list[pb.Message] | NotStored = [
+                self._client_message(msg, handle, attempt, invisible_ms, qid) for msg, handle, attempt, qid in found
+            ]
         except NotStored as exc:
-            yield spb.ReceiveMessageResponse(
-                status=_status(send_code(exc.status), f"pop not recorded: {exc.detail or exc.status}")
-            )
-            return
-        if not found:
+            outcome = exc
+        for answer in self._answers(outcome):
+            yield answer
+
+    @staticmethod
+    def _answers(outcome: list[pb.Message] | NotStored):
+        """A receive's answers: the error of a pop not recorded; MESSAGE_NOT_FOUND; or OK, then each message."""
+        if isinstance(outcome, NotStored):
+            detail = f"pop not recorded: {outcome.detail or outcome.status}"
+            yield spb.ReceiveMessageResponse(status=_status(send_code(outcome.status), detail))
+        elif not outcome:
             yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+        else:
+            yield spb.ReceiveMessageResponse(status=_status(pb.Code.OK))
+            for out in outcome:
+                yield spb.ReceiveMessageResponse(message=out)
+
+    async def _pop_segment(self, group, topic, batch, invisible_ms, matches, deadline, lid, segment, long_poll):
+        """The answers to a receive of one segment of a static topic's logical queue ``lid``, held
+        here: the group's retries first (unless orderly), then the segment's physical queue; waits for
+        new messages (``long_poll``) only on the writable segment. Clients see the logical queue and
+        offsets; handles name this broker set."""
+        orderly = self.orderly(topic)
+        found: list = []
+        try:
+            await self._ensure_group(group)
+            while True:
+                if not orderly:
+                    found = [
+                        (m, h, a, False)
+                        for m, h, a in await self._pop_from(group, retry_topic(group, topic), 0, batch, invisible_ms, matches)
+                    ]
+                if len(found) < batch:
+                    pop = self._pop_orderly if orderly else self._pop_from
+                    popped = await pop(group, topic, segment.queue_id, batch - len(found), invisible_ms, matches)
+                    found += [(m, h, a, True) for m, h, a in popped]
+                if found or not long_poll or asyncio.get_running_loop().time() >= deadline or not self.serving:
+                    break
+                await self._until_new(group, topic)
+        except NotStored as exc:
+            for answer in self._answers(exc):
+                yield answer
             return
-        yield spb.ReceiveMessageResponse(status=_status(pb.Code.OK))
-        for msg, handle, attempt, qid in found:
-            yield spb.ReceiveMessageResponse(message=self._client_message(msg, handle, attempt, invisible_ms, qid))
+        here, outcome = self.static.broker, []
+        for msg, handle, attempt, in_segment in found:
+            out = self._client_message(msg, replace(handle, broker=here), attempt, invisible_ms, lid)
+            if in_segment and segment.logic_start is not None:
+                out.system_properties.queue_offset = segment.logic_start + (msg.queue_offset - segment.phys_start)
+            outcome.append(out)
+        for answer in self._answers(outcome):
+            yield answer
 
     async def _until_new(self, group: str, topic: str) -> None:
         """A long poll's pause: until a message arrives in the topic or its group's retry queue, or
@@ -356,13 +410,19 @@ class ConsumerSide:
         invalid = _status(pb.Code.INVALID_RECEIPT_HANDLE)
         codes: list[pb.Status] = [invalid] * len(request.entries)
         by_queue: dict[tuple[str, str, int], list[tuple[int, ReceiptHandle]]] = defaultdict(list)
+        elsewhere: dict[int, str] = {}  # static topics: entries another broker set handed out (logical.py)
         for i, e in enumerate(request.entries):
             handle = ReceiptHandle.decode(e.receipt_handle)
-            if handle is not None and handle.group == request.group.name:
+            if (broker := self.foreign(handle)) is not None:
+                elsewhere[i] = broker
+            elif handle is not None and handle.group == request.group.name:
                 by_queue[(handle.group, handle.topic, handle.queue_id)].append((i, handle))
         answers = await asyncio.gather(*(self._ack_queue(key, [h for _, h in acks]) for key, acks in by_queue.items()))
         for acks, statuses in zip(by_queue.values(), answers, strict=True):
             for (i, _), status in zip(acks, statuses, strict=True):
+                codes[i] = status
+        if elsewhere:
+            for i, status in (await self.ack_elsewhere(request, context, by_broker(elsewhere))).items():
                 codes[i] = status
         entries = [
             spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=code)
@@ -397,6 +457,8 @@ class ConsumerSide:
         handle = ReceiptHandle.decode(request.receipt_handle)
         if handle is None:
             return self._invalid_handle(request)
+        if (broker := self.foreign(handle)) is not None:
+            return await self.invisible_elsewhere(broker, request, context)
         async with self._queue_lock((handle.group, handle.topic, handle.queue_id)):
             new = self.pop.change_invisible(handle, _ms(request.invisible_duration))
             if new is None:
@@ -433,6 +495,9 @@ class ConsumerSide:
         topic, queue_id = request.message_queue.topic.name, request.message_queue.id
         if topic not in self.topics.topics:
             return spb.QueryOffsetResponse(status=_status(pb.Code.TOPIC_NOT_FOUND))
+        static = self.static.get(topic)
+        if static is not None:
+            return await self.query_offset_logical(request, context, static)
         end = self.store.max_queue_offset(topic, queue_id)
         policy = request.query_offset_policy
         if policy == pb.QueryOffsetPolicy.END:
@@ -441,7 +506,12 @@ class ConsumerSide:
         if policy == pb.QueryOffsetPolicy.BEGINNING:
             return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=first)
         wanted = request.timestamp.seconds * 1000 + request.timestamp.nanos // 10**6
-        lo, hi = first, end  # the first offset whose store time is >= wanted (end if none)
+        return spb.QueryOffsetResponse(
+            status=_status(pb.Code.OK), offset=await self.offset_by_time(topic, queue_id, first, end, wanted)
+        )
+
+    async def offset_by_time(self, topic: str, queue_id: int, lo: int, hi: int, wanted: int) -> int:
+        """The first offset in [lo, hi) whose message was stored at ``wanted`` (ms) or later; hi if none."""
         while lo < hi:
             mid = (lo + hi) // 2
             msgs = await self.store.get_messages(topic, queue_id, mid, 1)
@@ -452,7 +522,7 @@ class ConsumerSide:
                 lo = msgs[0].queue_offset + 1
             else:
                 hi = mid
-        return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=lo)
+        return lo
 
     async def _first_offset(self, topic: str, queue_id: int, end: int) -> int:
         msgs = await self.store.get_messages(topic, queue_id, 0, 1)  # holes (size 0) are skipped
@@ -529,9 +599,17 @@ class ConsumerSide:
                 self.on_topics_changed()
 
     def _committed(self, group: str, topic: str, queue_id: int, offset: int, source: str) -> None:
+        """A committed offset changed; reported as clients see it (a static topic's logical queue and
+        offset; not reported while its segment's start is undecided)."""
         self.offsets.commit(group, topic, queue_id, offset, bump=self.metalog.mode is MetaMode.WRITER)
-        if self.on_offset_committed is not None:
-            self.on_offset_committed(group, topic, queue_id, offset, source)
+        if self.on_offset_committed is None:
+            return
+        if self.static.get(topic) is not None:
+            logical = self.static.logical(topic, queue_id, offset)
+            if logical is None:
+                return
+            queue_id, offset = logical
+        self.on_offset_committed(group, topic, queue_id, offset, source)
 
     def _persist_offsets(self) -> None:
         """The offset table follows the pop state; a slave's changes are its master's (slave_sync)."""

@@ -164,16 +164,17 @@ class Forwarder:
             channel = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
         return rpc.MessagingServiceStub(channel)
 
-    async def unary(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True):
-        """Forward a unary call; retried on another lookup while the deadline allows. Raises
-        NoServingBroker when nothing answered in time, ServeHere when ``forwarding()`` turns false."""
+    async def unary(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True, metadata=None):
+        """Forward a unary call (with ``metadata``, gRPC headers); retried on another lookup while the
+        deadline allows. Raises NoServingBroker when nothing answered in time, ServeHere when
+        ``forwarding()`` turns false."""
         deadline = self.deadline(context)
         last: Exception | None = None
         while time.monotonic() < deadline:
             addr = await self.target(deadline, forwarding)
             try:
                 timeout = max(0.05, min(ATTEMPT_S, deadline - time.monotonic()))
-                call = getattr(self.stub(addr), method)(request, timeout=timeout)
+                call = getattr(self.stub(addr), method)(request, timeout=timeout, metadata=metadata)
                 return await self._unless_superseded(addr, call, call)
             except Superseded:
                 log.info("forwarding %s: %s was superseded by a new master; forwarding there", method, addr)
@@ -184,7 +185,7 @@ class Forwarder:
                 await asyncio.sleep(LOOKUP_STEP_S)
         raise NoServingBroker(f"forwarding {method} failed: {last}" if last else f"forwarding {method} timed out")
 
-    async def stream(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True):
+    async def stream(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True, metadata=None):
         """Forward a server-streaming call (ReceiveMessage): the serving broker's answers, as they come.
         A broker that fails before its first answer (the route still names a dead master) is given
         up for the next one the route names, while the deadline allows."""
@@ -193,7 +194,9 @@ class Forwarder:
             addr = await self.target(deadline, forwarding)
             answered = False
             try:
-                call = getattr(self.stub(addr), method)(request, timeout=max(0.05, deadline - time.monotonic()))
+                call = getattr(self.stub(addr), method)(
+                    request, timeout=max(0.05, deadline - time.monotonic()), metadata=metadata
+                )
                 response = await self._unless_superseded(addr, call, call.read())
                 while response is not grpc.aio.EOF:
                     answered = True

@@ -31,6 +31,7 @@ from ..escape import EscapeBridge
 from ..fifo import SHARDING_KEY, IllegalGroup, check_group, queue_of_group
 from ..meta import ConsumerMeta
 from ..metalog import MetaLog
+from ..static import StaticQueues
 from ..store.message import Message
 from ..store.store import MessageStore, PutMessageStatus
 from ..timer import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, TIMER_OUT_MS, TimerRefused, delivery_due, into_wheel, now_ms
@@ -40,6 +41,7 @@ from .clients import MULTI_ADDRESS_CLIENTS, ONE_REPLICA_PER_QUEUE_CLIENTS, clien
 from .codes import permission, send_code
 from .consumer import ConsumerSide
 from .forward import Forwarder
+from .logical import DECIDE_WAIT_S
 from .messages import client_message
 from .settings import MAX_BODY_SIZE, client_settings
 
@@ -142,6 +144,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         self.transactions = Transactions(store, config.transactionTimeOut, config.transactionCheckMax)
         self._delay_levels = parse_delay_levels(config.messageDelayLevel)
         self.check_relay = CheckRelay(store, self.relay_check)
+        self.init_logical(StaticQueues(config.brokerName, store.max_queue_offset))
 
     async def transactions_forever(self, serving: Callable[[], bool]) -> None:
         """Every replica relays the checks its log holds to the producers connected here; the serving
@@ -161,6 +164,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 await asyncio.sleep(1)
 
     async def close(self) -> None:
+        await self.close_logical()
         await self.forwarder.close()
         await self.escape.close()
         await self._http.aclose()
@@ -197,6 +201,9 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         # The topic's type as this broker knows it (the proxy asks the broker too); unknown here: NORMAL.
         config = self.topics.topics.get(topic)
         accepts = _ROUTE_ACCEPTS[DEFAULT_MESSAGE_TYPE if config is None else config.message_type]
+        if "logicQueueMapping" in route:  # a static topic: its logical queues, each on its owner
+            self.static.update(route["logicQueueMapping"])
+            return self._logical_route(resource, route, accepts, language)
         queues = []
         for bd in route["brokerDatas"]:
             replicas = replica_addrs(bd.get("brokerGrpcAddrs", {}))
@@ -223,6 +230,30 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                         accept_message_types=accepts,
                     )
                 )
+        return spb.QueryRouteResponse(status=_status(pb.Code.OK), message_queues=queues)
+
+    def _logical_route(self, resource: pb.Resource, route: dict, accepts: list, language: str) -> spb.QueryRouteResponse:
+        """One queue per logical queue, on the broker set that owns its writable segment (clients
+        need no change; brokers/grpc/logical.py serves the rest)."""
+        m = self.static.get(resource.name)
+        addrs = {bd["brokerName"]: replica_addrs(bd.get("brokerGrpcAddrs", {})) for bd in route["brokerDatas"]}
+        queues = []
+        for q in m.queues if m is not None else ():
+            replicas = addrs.get(q.writable.broker_name)
+            if not replicas:
+                continue  # no live replica with a client endpoint: nothing to route to
+            broker = pb.Broker(
+                name=q.writable.broker_name, id=0, endpoints=_endpoints(queue_addrs(replicas, q.queue_id, language))
+            )
+            queues.append(
+                pb.MessageQueue(
+                    topic=resource,
+                    id=q.queue_id,
+                    permission=pb.Permission.READ_WRITE,
+                    broker=broker,
+                    accept_message_types=accepts,
+                )
+            )
         return spb.QueryRouteResponse(status=_status(pb.Code.OK), message_queues=queues)
 
     # --- client session ---------------------------------------------------------------------------
@@ -308,9 +339,15 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
     # --- sending ----------------------------------------------------------------------------------
 
     async def SendMessage(self, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
+        return await self._send(request, context)
+
+    async def _send(self, request: spb.SendMessageRequest, context, waited: bool = False) -> spb.SendMessageResponse:
         """Validate every message (a batch is refused whole on the first bad one, as the proxy does),
         store them in one call, answer one entry per message. Runs once per message sent: field reads
-        are hoisted, a batch's topic is checked once, and OK entries share one status."""
+        are hoisted, a batch's topic is checked once, and OK entries share one status. A static
+        topic's message goes to its logical queue's writable segment (logical.py): here, or handed on
+        to the broker set that owns it; nothing awaits between that check and the store, so a seal
+        (brokers/static.py) never misses a message. ``waited``: for a move's decision, once."""
         if self.forwards_sends() and (
             answer := await self._forward("SendMessage", request, context, spb.SendMessageResponse, self.forwards_sends)
         ):
@@ -320,7 +357,8 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         topics, next_queue = self.topics.topics, self._next_queue
         stored, ids = [], []
         txns: set[str] = set()
-        checked_name, topic, accepted = None, None, frozenset()
+        checked_name, topic, accepted, static = None, None, frozenset(), None
+        bases: list[int] | None = None  # static topics: per message, its logical offset less its physical one
         for m in request.messages:
             name = m.topic.name
             if name != checked_name:
@@ -330,6 +368,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 if topic.writeQueueNums < 1 or not topic.perm & 2:
                     return spb.SendMessageResponse(status=_status(pb.Code.FORBIDDEN, f"topic {name} is not writeable"))
                 checked_name, accepted = name, _SEND_ACCEPTS[topic.message_type]
+                static = self.static.get(name)
             body = m.body
             if not body:
                 return spb.SendMessageResponse(status=_status(pb.Code.MESSAGE_BODY_EMPTY))
@@ -354,9 +393,24 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 except IllegalGroup as exc:
                     return spb.SendMessageResponse(status=_status(pb.Code.ILLEGAL_MESSAGE_GROUP, str(exc)))
                 props[SHARDING_KEY] = group
-                queue_id = queue_of_group(group, topic.writeQueueNums)
+                queue_id = queue_of_group(group, topic.writeQueueNums if static is None else len(static.queues))
             else:
                 queue_id = next(next_queue) % topic.writeQueueNums
+            if static is not None:
+                target = self.static.write_target(static, queue_id if group else None)
+                if target is None:  # another broker set takes this logical queue's writes
+                    lid = queue_id if group else queue_id % len(static.queues)
+                    return await self.send_elsewhere(static.queues[lid].writable.broker_name, request, context)
+                segment = target[1]
+                if segment.logic_start is None:  # the old segment's end is being reported
+                    if waited:
+                        status = _status(pb.Code.INTERNAL_SERVER_ERROR, "the logical queue's move is not decided yet; retry")
+                        return spb.SendMessageResponse(status=status)
+                    await self.static.decided(name, target[0], DECIDE_WAIT_S)
+                    return await self._send(request, context, waited=True)
+                queue_id = segment.queue_id
+                bases = bases if bases is not None else []
+                bases.append(segment.logic_start - segment.phys_start)
             msg = Message(
                 topic.topicName,
                 queue_id,
@@ -364,6 +418,12 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 props,
                 born_timestamp=born.seconds * 1000 + born.nanos // 1_000_000,
             )
+            if static is not None and (
+                sp.message_type == pb.MessageType.TRANSACTION or sp.HasField("delivery_timestamp") or DELAY in props
+            ):
+                return _conflict(
+                    f"{name} is a static topic: it takes normal and FIFO messages (timer and transactional ones not yet)"
+                )
             if sp.message_type == pb.MessageType.TRANSACTION:  # a half message until EndTransaction
                 if group or sp.HasField("delivery_timestamp") or DELAY in props:
                     return _conflict("a transactional message has no message group, no delivery time and no delay level")
@@ -379,7 +439,17 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                 msg = timed
             stored.append(msg)
             ids.append(message_id)
-        results = await self.store.put_messages(stored)
+        if bases is None:
+            results = await self.store.put_messages(stored)
+        else:
+            writing = self.static.writing
+            queues = [(msg.topic, msg.queue_id) for msg in stored if msg.topic == checked_name]
+            writing.update(queues)
+            try:
+                results = await self.store.put_messages(stored)
+            finally:
+                writing.subtract(queues)
+            results = [r._replace(queue_offset=r.queue_offset + base) for r, base in zip(results, bases, strict=True)]
         response = spb.SendMessageResponse()
         add = response.entries.add
         first_bad = None

@@ -261,7 +261,7 @@
   if (!page.actions) return;
 
   const dialog = $("action-dialog");
-  const csrf = document.querySelector('meta[name="csrf-token"]').content;
+  const post = window.postAction;
   let pending = null; // the action the confirm button runs
   let previewSeq = 0;
 
@@ -272,22 +272,6 @@
     $("confirm-action").disabled = false;
     pending = action;
     dialog.showModal();
-  }
-
-  async function post(url, body) {
-    const response = await fetch(url, {
-      method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
-      body: JSON.stringify(body),
-      credentials: "same-origin",
-    });
-    let answer;
-    try {
-      answer = await response.json();
-    } catch (err) {
-      answer = { detail: `HTTP ${response.status} without a JSON body` };
-    }
-    return { status: response.status, answer };
   }
 
   async function run(label, url, body) {

@@ -37,6 +37,7 @@ from brokers.grpc.settings import client_settings
 from brokers.meta import ConsumerMeta
 from brokers.metalog import MetaMode
 from brokers.pop import InFlight, PopState, QueueState, ReceiptHandle
+from brokers.static import StaticQueues
 from brokers.store.message import Message
 from brokers.store.store import PutMessageStatus
 from brokers.topics import TopicConfig, TopicConfigManager
@@ -399,6 +400,7 @@ def serving_master(tmp_path, size: int) -> ConsumerSide:
     side = ConsumerSide.__new__(ConsumerSide)
     side.init_consumer(ConsumerMeta(tmp_path / "consumerOffset.json", topics), SimpleNamespace(mode=MetaMode.WRITER, write=write))
     side.store, side.topics = SlowStore(size), topics
+    side.init_logical(StaticQueues("broker-a", side.store.max_queue_offset))
     side.config = SimpleNamespace(retryMaxTimes=16, broker_addr="127.0.0.1:10911", lockInStrictMode=False, totalReplicas=1)
     return side
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import httpx
+
 NS = "/api/v1/nameserver"
 
 
@@ -37,3 +39,16 @@ def register_body(
     if acting is not None:
         body["enableActingMaster"] = acting
     return body
+
+
+def register_over_rest(base: str, broker_token: str, sets: dict[str, str], cluster: str) -> None:
+    """Register one master per broker set (name -> address, no topics) with a live control plane at
+    ``base``: broker sets to act on, with no broker process behind them."""
+    for name, addr in sets.items():
+        r = httpx.post(
+            f"{base}{NS}/brokers/register",
+            headers={"Authorization": f"Bearer {broker_token}"},
+            json=register_body(0, addr, name=name, cluster=cluster, topics={}),
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text

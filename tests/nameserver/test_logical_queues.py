@@ -1,4 +1,4 @@
-"""Logical queues (nameserver/core/logical_queues.py), table-tested with the seed's own tables
+"""Logical queues (controlplane/logical_queues.py), table-tested with the seed's own tables
 (seed 003): a move seals the old segment and appends a new one, the new one starts where the old one
 ends, reads cross segment edges, expired segments are never read and their physical queue is reused,
 drain and scale-out plans, and the invariant checker refusing broken chains. A property test runs
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane.codes import ResponseCode as C
-from nameserver.core.logical_queues import (
+from controlplane.logical_queues import (
     LogicalQueue,
     MappingRefused,
     Segment,
@@ -24,6 +24,7 @@ from nameserver.core.logical_queues import (
     initial,
     logical_offset,
     min_logical_offset,
+    physical_queue_counts,
     plan_moves,
     preview,
     problems,
@@ -278,3 +279,17 @@ def test_any_sequence_of_changes_keeps_every_invariant(ops):
         for q in m.queues:  # every logical offset up to the decided ends reads from exactly one place
             pos = read_position(q, min_logical_offset(q))
             assert pos is None or not pos.segment.expired
+
+
+def test_what_a_broker_asks_of_a_mapping_owners_segments_and_queue_counts():
+    m = moved(four_on_two(), 0, B2, 101)  # logical 0: broker1 q0 (0-100), then broker2 q2 from 101
+    assert m.owned_by(B1) == [1] and m.owned_by(B2) == [0, 2, 3] and m.owned_by(B3) == []
+    lid, seg = m.segment_at(B2, 2)
+    assert (lid, seg.logic_start, seg.phys_start) == (0, 101, 0)
+    lid, seg = m.segment_at(B1, 0)  # the read-only segment is still found: its offsets still translate
+    assert (lid, seg.phys_end) == (0, 101)
+    assert m.segment_at(B3, 0) is None and m.segment_at(B1, 5) is None
+    assert physical_queue_counts(m) == {B1: 2, B2: 3}
+    gone = expire(m, B1, {0: 101})
+    assert gone.segment_at(B1, 0) is None  # expired: nothing there translates any more
+    assert physical_queue_counts(gone) == {B1: 2, B2: 3}  # never shrinks

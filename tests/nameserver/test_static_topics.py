@@ -16,6 +16,7 @@ from controlplane.models import ApiToken, OperatorAction, TokenScope
 from nameserver import static_topics
 from nameserver.models import StaticTopic, StaticTopicChange
 from tests.nameserver.helpers import NS, register_body
+from tests.nameserver.test_member_group_frame import frame
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -183,3 +184,55 @@ def test_a_token_bound_to_another_cluster_neither_sees_nor_moves_the_topic(sets)
     own = APIClient()
     own.credentials(HTTP_AUTHORIZATION=f"Bearer {ApiToken.issue('lq-own', TokenScope.ADMIN, 'c1')[1]}")
     assert [m["topic"] for m in own.get(f"{NS}/static-topics").json()["staticTopics"]] == ["Orders"]
+
+
+# --- what brokers see: topic configs, routes, the seal report ----------------------------------------
+
+
+def test_each_broker_set_gets_the_topic_with_its_physical_queues_and_the_route_carries_the_mapping(sets):
+    assert create(sets).status_code == 200
+    route = sets.get(f"{NS}/routes/Orders").json()
+    assert {qd["brokerName"]: qd["writeQueueNums"] for qd in route["queueDatas"]} == {B1: 4, B2: 4}
+    assert route["logicQueueMapping"]["epoch"] == 1 and len(route["logicQueueMapping"]["queues"]) == 8
+    assert migrate(sets, {"moves": [{"queueId": 0, "brokerName": B3}]}).status_code == 200
+    route = sets.get(f"{NS}/routes/Orders").json()  # the route follows the change at once
+    assert {qd["brokerName"]: qd["writeQueueNums"] for qd in route["queueDatas"]} == {B1: 4, B2: 4, B3: 1}
+    assert route["logicQueueMapping"]["epoch"] == 2
+    assert [m["epoch"] for m in static_topics.mappings_for(B3)] == [2] and static_topics.mappings_for("elsewhere") == []
+
+
+def test_the_sealed_end_decides_the_new_segment_once_and_a_repeat_or_stale_report_changes_nothing(sets):
+    create(sets)
+    migrate(sets, {"moves": [{"queueId": 0, "brokerName": B3}]})
+    assert static_topics.seal("Orders", 0, B2, 0, 17).epoch == 2  # not the segment sealing: nothing
+    m = static_topics.seal("Orders", 0, B1, 0, 120)
+    assert m.epoch == 3
+    old, new = m.queues[0].segments
+    assert (old.phys_end, old.logic_end, new.broker_name, new.logic_start) == (120, 120, B3, 120)
+    assert static_topics.seal("Orders", 0, B1, 0, 121).epoch == 3  # repeated after the decision: nothing
+    change = StaticTopicChange.objects.get(topic_id="Orders", epoch=3)
+    assert (change.kind, change.actor, change.params["sealedEnd"]) == ("decide", f"broker:{B1}", 120)
+    with pytest.raises(static_topics.StaticTopicRefused) as refused:
+        static_topics.seal("Orders", 8, B1, 0, 1)
+    assert refused.value.code == C.INVALID_PARAMETER and stored_epoch() == 3
+    with pytest.raises(static_topics.StaticTopicRefused) as unknown:
+        static_topics.seal("Nope", 0, B1, 0, 1)
+    assert unknown.value.code == C.TOPIC_NOT_EXIST
+
+
+def test_the_seal_frame_decides_and_a_malformed_one_is_answered_with_field_errors(sets, broker_token):
+    create(sets)
+    migrate(sets, {"moves": [{"queueId": 1, "brokerName": B3}]})
+    sealed = {"topic": "Orders", "queueId": 1, "brokerName": B2, "physicalQueueId": 0, "sealedEnd": 55}
+    bad = {**sealed, "queueId": "one", "sealedEnd": -1}
+    ok, refused, unknown = frame(
+        broker_token,
+        ("static_topic_sealed", sealed),
+        ("static_topic_sealed", bad),
+        ("static_topic_sealed", {**sealed, "topic": "Nope"}),
+    )
+    assert ok["type"] == "static_topic_sealed_result" and ok["payload"] == {"epoch": 3}
+    assert refused["type"] == "error" and refused["payload"]["code"] == C.INVALID_PARAMETER
+    assert set(refused["payload"]["fields"]) == {"queueId", "sealedEnd"}
+    assert unknown["type"] == "error" and unknown["payload"]["code"] == C.TOPIC_NOT_EXIST
+    assert static_topics.mapping_of("Orders").queues[1].writable.logic_start == 55 and stored_epoch() == 3

@@ -87,7 +87,14 @@ def test_register_then_heartbeat_over_the_socket(broker_token):
         assert reply == {
             "type": "register_result",
             "seq": 7,
-            "payload": {"code": 0, "name": "SUCCESS", "masterAddr": None, "haServerAddr": None, "isolated": False},
+            "payload": {
+                "code": 0,
+                "name": "SUCCESS",
+                "masterAddr": None,
+                "haServerAddr": None,
+                "isolated": False,
+                "staticTopics": [],
+            },
         }
         reply = await call(ws, "heartbeat", {"clusterName": "c1", "brokerAddr": M, "brokerName": "b1"}, seq=8)
         assert reply == {"type": "heartbeat_result", "seq": 8, "payload": {"registered": True}}

@@ -122,6 +122,29 @@ class TopicMapping:
         """Every broker set holding a segment that is not expired."""
         return {s.broker_name for q in self.queues for s in q.segments if not s.expired}
 
+    def owned_by(self, broker: str) -> list[int]:
+        """The logical queues whose writes ``broker`` takes."""
+        return [q.queue_id for q in self.queues if q.writable.broker_name == broker]
+
+    def segment_at(self, broker: str, queue_id: int) -> tuple[int, Segment] | None:
+        """The logical queue and the segment that ``broker``'s physical queue ``queue_id`` backs now
+        (its newest segment not expired), or None."""
+        for q in self.queues:
+            for s in reversed(q.segments):
+                if not s.expired and s.broker_name == broker and s.queue_id == queue_id:
+                    return q.queue_id, s
+        return None
+
+
+def physical_queue_counts(m: TopicMapping) -> dict[str, int]:
+    """How many physical queues each broker set needs for ``m`` (its topic config's queue numbers):
+    one more than the highest it ever backed a segment with, so that the count never shrinks."""
+    out: dict[str, int] = {}
+    for q in m.queues:
+        for s in q.segments:
+            out[s.broker_name] = max(out.get(s.broker_name, 0), s.queue_id + 1)
+    return out
+
 
 class MappingRefused(ValueError):
     """A change that cannot be made: its RocketMQ (or our) code and why. Nothing was changed."""

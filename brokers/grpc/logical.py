@@ -1,0 +1,242 @@
+"""Static topics' logical queues for the official clients (docs/static-topics.md; the mappings and
+sealing in brokers/static.py). Mixed into MessagingService, after ConsumerSide.
+
+A route names, for each logical queue, the broker set of its writable segment (the *owner*). Clients
+see ordinary queues and logical offsets; a broker set hands on what another one holds:
+
+- **Sends** to a broker set that does not own the message's logical queue (a client's route is up to
+  30 s old) go to the owner, once (``x-static-hop``); a send to a segment whose start is not decided
+  yet waits for the decision (it follows the seal within a round trip).
+- **Receives** walk the logical queue's segments, oldest first. A group reads a sealed segment to
+  its end, and every message of it acknowledged, before the next one is read: its messages keep
+  their order, and a retry of one of them (from that broker set's retry topic) still reaches the
+  group. A segment held by another broker set is read there (the receive is handed on with
+  ``x-static-segment`` naming it); that broker answers MESSAGE_NOT_FOUND with SEGMENT_DONE once
+  the group is done with it, and the answer is remembered (a sealed segment takes no more messages).
+- **Acks and invisible-time changes** carry the broker set in their receipt handle and are handed on
+  to it.
+- **Offset queries**: END from the owner, BEGINNING from the oldest segment still held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+
+from controlplane.logical_queues import Segment, TopicMapping, min_logical_offset  # pure
+
+from ..pop import ReceiptHandle, retry_topic
+from ..static import StaticQueues
+from .forward import Forwarder, NoServingBroker
+
+SEGMENT_KEY = "x-static-segment"
+HOP_KEY = "x-static-hop"
+SEGMENT_DONE = "SEGMENT_DONE"  # the status message of a segment the group is done with
+DECIDE_WAIT_S = 2.0
+
+
+def _status(code: int, message: str = "") -> pb.Status:
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+def segment_key(s: Segment) -> str:
+    return f"{s.broker_name}/{s.queue_id}/{s.phys_start}"
+
+
+def _find(m: TopicMapping, lid: int, key: str) -> Segment | None:
+    if not 0 <= lid < len(m.queues):
+        return None
+    return next((s for s in m.queues[lid].segments if segment_key(s) == key), None)
+
+
+def _metadata(context) -> dict[str, str]:
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+class LogicalSide:
+    """Needs ConsumerSide's pop machinery and ``self.static`` (StaticQueues), ``self._http``."""
+
+    static: StaticQueues
+
+    def init_logical(self, static: StaticQueues) -> None:
+        self.static = static
+        self._set_forwarders: dict[str, Forwarder] = {}
+        self._done_segments: set[tuple[str, str, int, str]] = set()  # (group, topic, lid, segment key)
+
+    def to_set(self, broker_name: str) -> Forwarder:
+        """Calls to another broker set's serving broker."""
+        fwd = self._set_forwarders.get(broker_name)
+        if fwd is None:
+            fwd = self._set_forwarders[broker_name] = Forwarder(broker_name, self.config.grpc_addr, self._http)
+        return fwd
+
+    async def close_logical(self) -> None:
+        for fwd in self._set_forwarders.values():
+            await fwd.close()
+        await self.static.close()
+
+    # --- sends ------------------------------------------------------------------------------------
+
+    async def send_elsewhere(self, owner: str, request: spb.SendMessageRequest, context) -> spb.SendMessageResponse:
+        """A send for a logical queue another broker set owns: handed on once."""
+        if HOP_KEY in _metadata(context):
+            status = _status(pb.Code.INTERNAL_SERVER_ERROR, f"the logical queue moved again (to {owner}); retry")
+            return spb.SendMessageResponse(status=status)
+        try:
+            return await self.to_set(owner).unary("SendMessage", request, context, metadata=((HOP_KEY, "1"),))
+        except NoServingBroker as exc:
+            return spb.SendMessageResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+
+    # --- receives ---------------------------------------------------------------------------------
+
+    def _segment_done(self, group: str, topic: str, s: Segment) -> bool:
+        """``group`` has every message of sealed segment ``s`` (of this broker set) acknowledged, and
+        nothing waits in its retry topic here."""
+        if s.phys_end is None or self.pop.peek(group, topic, s.queue_id).acked_below < s.phys_end:
+            return False
+        retry = retry_topic(group, topic)
+        return self.pop.peek(group, retry, 0).acked_below >= self.store.max_queue_offset(retry, 0)
+
+    async def receive_logical(self, request: spb.ReceiveMessageRequest, context, m: TopicMapping, pop_segment):
+        """The answers to a receive of a static topic's logical queue (see the module docstring).
+        ``pop_segment(lid, segment, long_poll)`` pops a segment of this broker set: an async generator
+        of answers."""
+        group, lid = request.group.name, request.message_queue.id
+        if not 0 <= lid < len(m.queues):
+            yield spb.ReceiveMessageResponse(status=_status(pb.Code.BAD_REQUEST, f"{m.topic} has no queue {lid}"))
+            return
+        asked = _metadata(context).get(SEGMENT_KEY)
+        if asked is not None:  # handed on by another broker set: this segment only
+            s = _find(m, lid, asked)
+            if s is None or s.broker_name != self.static.broker or self._segment_done(group, m.topic, s):
+                yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, SEGMENT_DONE))
+                return
+            async for answer in pop_segment(lid, s, s.phys_end is None and s is m.queues[lid].writable):
+                yield answer
+            return
+        q = m.queues[lid]
+        for s in StaticQueues.live(q):
+            done_key = (group, m.topic, lid, segment_key(s))
+            if done_key in self._done_segments:
+                continue
+            last = s is q.writable
+            if s.broker_name == self.static.broker:
+                if not last and self._segment_done(group, m.topic, s):
+                    self._done_segments.add(done_key)
+                    continue
+                if last and s.logic_start is None:  # the old segment is being sealed: its end decides
+                    await self.static.decided(m.topic, lid, DECIDE_WAIT_S)
+                    yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+                    return
+                async for answer in pop_segment(lid, s, last):
+                    yield answer
+                return
+            answers = self.to_set(s.broker_name).stream(
+                "ReceiveMessage", request, context, metadata=((SEGMENT_KEY, segment_key(s)),)
+            )
+            try:
+                first = await anext(answers)
+            except StopAsyncIteration:
+                return
+            except NoServingBroker as exc:
+                yield spb.ReceiveMessageResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+                return
+            if first.HasField("status") and first.status.message == SEGMENT_DONE:
+                if not last:
+                    self._done_segments.add(done_key)
+                    continue
+                yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+                return
+            yield first
+            try:
+                async for answer in answers:
+                    yield answer
+            except NoServingBroker:
+                return  # the client gets what came; the rest is redelivered after its invisible time
+            return
+        yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
+
+    # --- acks -------------------------------------------------------------------------------------
+
+    def foreign(self, handle: ReceiptHandle | None) -> str | None:
+        """The broker set a receipt handle must go to, when that is not this one."""
+        if handle is None or not handle.broker or handle.broker == self.static.broker:
+            return None
+        return handle.broker
+
+    async def ack_elsewhere(self, request: spb.AckMessageRequest, context, entries: dict[str, list[int]]):
+        """Hand acks on to the broker sets that handed the messages out; per entry index, its status."""
+        out: dict[int, pb.Status] = {}
+
+        async def one(broker: str, indexes: list[int]) -> None:
+            sub = spb.AckMessageRequest(group=request.group, topic=request.topic, entries=[request.entries[i] for i in indexes])
+            try:
+                answer = await self.to_set(broker).unary("AckMessage", sub, context)
+                statuses = [e.status for e in answer.entries] or [answer.status] * len(indexes)
+            except NoServingBroker as exc:
+                statuses = [_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc))] * len(indexes)
+            for i, status in zip(indexes, statuses, strict=False):
+                out[i] = status
+
+        await asyncio.gather(*(one(b, ix) for b, ix in entries.items()))
+        return out
+
+    async def invisible_elsewhere(self, broker: str, request, context) -> spb.ChangeInvisibleDurationResponse:
+        try:
+            return await self.to_set(broker).unary("ChangeInvisibleDuration", request, context)
+        except NoServingBroker as exc:
+            return spb.ChangeInvisibleDurationResponse(
+                status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)), receipt_handle=request.receipt_handle
+            )
+
+    # --- offsets ----------------------------------------------------------------------------------
+
+    async def query_offset_logical(self, request: spb.QueryOffsetRequest, context, m: TopicMapping) -> spb.QueryOffsetResponse:
+        """END: the owner's (handed on when another broker set owns the queue); BEGINNING: the oldest
+        segment still held; a time: the first segment (oldest first) of this broker set whose messages
+        reach it, else the end (searching other broker sets' segments by time is not done yet)."""
+        lid = request.message_queue.id
+        if not 0 <= lid < len(m.queues):
+            return spb.QueryOffsetResponse(status=_status(pb.Code.BAD_REQUEST, f"{m.topic} has no queue {lid}"))
+        q = m.queues[lid]
+        policy = request.query_offset_policy
+        if policy == pb.QueryOffsetPolicy.BEGINNING:
+            return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=min_logical_offset(q))
+        w = q.writable
+        if w.broker_name != self.static.broker:
+            if HOP_KEY in _metadata(context):
+                return spb.QueryOffsetResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, "the logical queue moved again"))
+            try:
+                return await self.to_set(w.broker_name).unary("QueryOffset", request, context, metadata=((HOP_KEY, "1"),))
+            except NoServingBroker as exc:
+                return spb.QueryOffsetResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+        if w.logic_start is None:
+            await self.static.decided(m.topic, lid, DECIDE_WAIT_S)
+            m = self.static.get(m.topic) or m
+            w = m.queues[lid].writable
+            if w.logic_start is None or w.broker_name != self.static.broker:
+                return spb.QueryOffsetResponse(
+                    status=_status(pb.Code.INTERNAL_SERVER_ERROR, "the queue's move is not decided yet")
+                )
+        end = w.logic_start + (self.store.max_queue_offset(m.topic, w.queue_id) - w.phys_start)
+        if policy == pb.QueryOffsetPolicy.END:
+            return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=end)
+        wanted = request.timestamp.seconds * 1000 + request.timestamp.nanos // 10**6
+        for s in StaticQueues.live(q):
+            if s.broker_name != self.static.broker or s.logic_start is None:
+                continue
+            seg_end = self.store.max_queue_offset(m.topic, s.queue_id) if s.phys_end is None else s.phys_end
+            found = await self.offset_by_time(m.topic, s.queue_id, max(s.phys_start, 0), seg_end, wanted)
+            if found < seg_end:
+                return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=s.logic_start + (found - s.phys_start))
+        return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=end)
+
+
+def by_broker(indexes: dict[int, str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = defaultdict(list)
+    for i, broker in indexes.items():
+        out[broker].append(i)
+    return dict(out)

@@ -1,0 +1,90 @@
+// Static topics page (templates/dashboards/static_topics.html): an operator previews a move, a drain
+// or a scale-out, then applies exactly what the preview showed (at its epoch: a change made meanwhile
+// is refused with 2100 and nothing moves).
+(() => {
+  const post = window.postAction;
+
+  function bodyOf(form) {
+    const kind = form.elements.kind.value;
+    const broker = form.elements.broker.value;
+    if (kind === "move") return { moves: [{ queueId: Number(form.elements.queue.value), brokerName: broker }] };
+    if (kind === "drain") return { drain: { brokerName: broker } };
+    return { scaleOut: broker };
+  }
+
+  function show(box, head, answer) {
+    box.hidden = false;
+    box.innerHTML = "";
+    const title = document.createElement("div");
+    title.className = "head";
+    title.textContent = head;
+    box.append(title);
+    if (answer.moves) {
+      const table = document.createElement("table");
+      table.className = "moves";
+      const rows = [["queue", "consumers read to its end", "writes now, read next"]].concat(
+        answer.moves.map((m) => [
+          String(m.queueId),
+          `${m.source.brokerName}/q${m.source.queueId}`,
+          `${m.target.brokerName}/q${m.target.queueId}${m.reused ? " (reused)" : ""}`,
+        ]),
+      );
+      rows.forEach((cells, i) => {
+        const tr = table.insertRow();
+        cells.forEach((text) => {
+          const cell = document.createElement(i === 0 ? "th" : "td");
+          cell.textContent = text;
+          tr.append(cell);
+        });
+      });
+      const kept = document.createElement("p");
+      kept.textContent = `Old segments stay readable ${answer.oldSegmentsKeptHours} h after their last message.`;
+      box.append(table, kept);
+    } else {
+      const pre = document.createElement("pre");
+      pre.textContent = answer.fields ? JSON.stringify(answer.fields) : "";
+      box.append(pre);
+    }
+  }
+
+  document.querySelectorAll("section.static-topic").forEach((section) => {
+    const form = section.querySelector("form.remap");
+    const box = section.querySelector(".remap-result");
+    const apply = form.querySelector(".apply-button");
+    let previewed = null;
+
+    form.elements.kind.addEventListener("change", () => {
+      form.elements.queue.hidden = form.elements.kind.value !== "move";
+      apply.disabled = true;
+    });
+    [form.elements.queue, form.elements.broker].forEach((el) => el.addEventListener("change", () => (apply.disabled = true)));
+
+    form.querySelector(".preview-button").addEventListener("click", async () => {
+      const body = bodyOf(form);
+      const { status, answer } = await post(form.dataset.url, { ...body, preview: true });
+      if (status !== 200) {
+        previewed = null;
+        apply.disabled = true;
+        show(box, `refused: ${answer.detail}`, answer);
+        return;
+      }
+      previewed = { ...body, epoch: answer.epochBefore };
+      apply.disabled = false;
+      show(box, `preview at epoch ${answer.epochBefore}: nothing changed yet`, answer);
+    });
+
+    apply.addEventListener("click", async () => {
+      if (!previewed) return;
+      apply.disabled = true;
+      const { status, answer } = await post(form.dataset.url, previewed);
+      previewed = null;
+      if (status !== 200) {
+        show(box, `refused: ${answer.detail}`, answer);
+        return;
+      }
+      show(box, `done: epoch ${answer.epochBefore} → ${answer.epoch}`, answer);
+      section.querySelector(".epoch").textContent = String(answer.epoch);
+      setTimeout(() => window.location.reload(), 1500);
+    });
+  });
+})();

@@ -1,0 +1,110 @@
+"""The static topics page in headless Chromium (Playwright, Debian's /usr/bin/chromium) against a live
+control plane: an operator previews a move (nothing changes), applies it (the epoch moves on, the old
+segment is shown sealing, the audit log has it), sees a refused drain with its code; a viewer sees the
+mapping but no buttons, and the action endpoint refuses it. Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, User
+from playwright.sync_api import expect, sync_playwright
+
+from controlplane.models import ApiToken, OperatorAction
+from dashboards.permissions import OPERATORS_GROUP
+from testkit import browser as browsers
+from testkit.static_topics import create, mapping
+from tests.nameserver.helpers import register_over_rest
+from tests.procs import ARTIFACTS, uvicorn_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+
+SETS = {"page-a": "127.0.0.1:10911", "page-b": "127.0.0.1:10921", "page-c": "127.0.0.1:10931"}
+
+
+def log_in(page, base: str, user: str, password: str) -> None:
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit], input[type=submit]")
+
+
+def test_an_operator_previews_and_applies_a_move_and_a_viewer_cannot(tmp_path):
+    broker = ApiToken.issue("page-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('page-admin', 'admin')[1]}"}
+    operator = User.objects.create_user("ops", password="a-long-operator-password")
+    operator.groups.add(Group.objects.get_or_create(name=OPERATORS_GROUP)[0])
+    User.objects.create_user("viewer", password="a-long-viewer-password")
+    shots = ARTIFACTS / "dashboard"
+    shots.mkdir(parents=True, exist_ok=True)
+    with uvicorn_server() as base:
+        register_over_rest(base, broker, SETS, "page")
+        create(base, admin, "Orders", 4, ["page-a", "page-b"])
+
+        def epoch() -> int:
+            return mapping(base, admin, "Orders")["epoch"]
+
+        with sync_playwright() as pw:
+            browser = browsers.launch(pw)
+            try:
+                page = browser.new_page()
+                log_in(page, base, "ops", "a-long-operator-password")
+                page.goto(f"{base}/static-topics/")
+                section = page.locator("section.static-topic[data-topic=Orders]")
+                expect(section.locator(".epoch")).to_have_text("1")
+                expect(section.locator("tr[data-queue='0']")).to_contain_text("page-a/q0 from 0 · writable")
+
+                section.locator("select[name=kind]").select_option("move")
+                section.locator("select[name=queue]").select_option("0")
+                section.locator("select[name=broker]").select_option("page-c")
+                section.locator(".preview-button").click()
+                result = section.locator(".remap-result")
+                expect(result).to_contain_text("preview at epoch 1: nothing changed yet")
+                expect(result).to_contain_text("page-a/q0")
+                expect(result).to_contain_text("page-c/q0")
+                expect(result).to_contain_text("72 h")
+                assert epoch() == 1
+                page.screenshot(path=str(shots / "static-topics-preview.png"), full_page=True)
+
+                section.locator(".apply-button").click()
+                expect(result).to_contain_text("done: epoch 1 → 2")
+                expect(section.locator("tr[data-queue='0']")).to_contain_text("page-a/q0 from 0 · sealing", timeout=10_000)
+                expect(section.locator("tr[data-queue='0']")).to_contain_text("page-c/q0 from ? · writable")
+                assert epoch() == 2
+                page.screenshot(path=str(shots / "static-topics-applied.png"), full_page=True)
+
+                # A drain preview of page-b (its queues go to the other writers); then a second move of
+                # queue 0, not decided yet (no broker is there to seal it), is refused with its code.
+                section.locator("select[name=kind]").select_option("drain")
+                section.locator("select[name=broker]").select_option("page-b")
+                section.locator(".preview-button").click()
+                expect(result).to_contain_text("preview at epoch 2")
+                expect(result).to_contain_text("page-b/q0")
+                section.locator("select[name=kind]").select_option("move")
+                section.locator("select[name=queue]").select_option("0")
+                section.locator("select[name=broker]").select_option("page-b")
+                section.locator(".preview-button").click()
+                expect(result).to_contain_text("refused: 2101 LOGIC_QUEUE_MIGRATING")
+                expect(section.locator(".apply-button")).to_be_disabled()
+                assert epoch() == 2
+
+                viewer = browser.new_page()
+                log_in(viewer, base, "viewer", "a-long-viewer-password")
+                viewer.goto(f"{base}/static-topics/")
+                expect(viewer.locator("section.static-topic[data-topic=Orders]")).to_contain_text("page-c/q0")
+                expect(viewer.locator("form.remap")).to_have_count(0)
+                status = viewer.evaluate(
+                    """async () => {
+                        const csrf = document.cookie.split("; ").find((c) => c.startsWith("csrftoken=")).split("=")[1];
+                        const r = await fetch("/static-topics/Orders/migrate", {method: "POST", credentials: "same-origin",
+                            headers: {"Content-Type": "application/json", "X-CSRFToken": csrf},
+                            body: JSON.stringify({moves: [{queueId: 1, brokerName: "page-c"}]})});
+                        return [r.status, (await r.json()).detail];
+                    }"""
+                )
+                assert status == [403, "operators only"]
+                assert epoch() == 2
+                viewer.screenshot(path=str(shots / "static-topics-viewer.png"), full_page=True)
+            finally:
+                browser.close()
+    # (Django's ORM only outside Playwright's event loop)
+    assert OperatorAction.objects.filter(action="remap_static_topic", actor="ops").count() == 1
