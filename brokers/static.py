@@ -2,7 +2,10 @@
 the topics this broker set holds segments of, and what a broker does with them.
 
 The control plane pushes a mapping whenever it changes, and every registration answer repeats the
-mappings naming this broker set (a lost push only delays). The rules are controlplane/logical_queues.py's.
+mappings naming this broker set (a lost push only delays). Each one adopted is persisted
+(``config/staticTopics.json``, as RocketMQ keeps ``topicQueueMapping.json``) before anything acts on it,
+so a restarted broker never takes a static topic for a plain one, nor writes a segment it sealed. The
+rules are controlplane/logical_queues.py's.
 
 - **Writes** of logical queue *L* go to the physical queue of *L*'s writable segment, on the broker
   set that holds it; a broker set that does not hold it hands the send on (brokers/grpc/logical.py).
@@ -19,11 +22,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from controlplane.logical_queues import LogicalQueue, Segment, TopicMapping  # pure, standard library only
+
+from .store.files import write_json_atomically
 
 log = logging.getLogger("brokers.static")
 
@@ -31,10 +38,15 @@ SEAL_WAIT_STEP_S = 0.002
 
 
 class StaticQueues:
-    def __init__(self, broker_name: str, max_queue_offset: Callable[[str, int], int]):
+    def __init__(self, broker_name: str, max_queue_offset: Callable[[str, int], int], path: Path | None = None):
         self.broker = broker_name
         self._max_offset = max_queue_offset
+        self.path = path
         self.mappings: dict[str, TopicMapping] = {}
+        if path is not None and path.exists():
+            for raw in json.loads(path.read_text()).values():
+                m = TopicMapping.from_wire(raw)
+                self.mappings[m.topic] = m
         self._changed = asyncio.Event()
         self._turn = itertools.count()
         self.writing: Counter[tuple[str, int]] = Counter()  # sends on their way to the store, per physical queue
@@ -57,6 +69,8 @@ class StaticQueues:
         if known is not None and known.epoch >= m.epoch:
             return False
         self.mappings[m.topic] = m
+        if self.path is not None:
+            write_json_atomically(self.path, {t: known.to_wire() for t, known in sorted(self.mappings.items())})
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
         self.seal_due()

@@ -162,8 +162,9 @@ class ConsumerSide(LogicalSide):
         deadline = asyncio.get_running_loop().time() + max(0.0, _ms(request.long_polling_timeout) / 1000 - 0.5)
         static = self.static.get(topic)
         if static is not None:  # a static topic's logical queue (logical.py)
-            pop_segment = partial(self._pop_segment, group, topic, batch, invisible_ms, matches, deadline)
-            async for answer in self.receive_logical(request, context, static, pop_segment):
+            pop_segment = partial(self._pop_segment, group, topic, batch, invisible_ms, matches)
+            every_queue = bool(client_language(context))
+            async for answer in self.receive_static(request, context, static, every_queue, pop_segment, deadline):
                 yield answer
             return
         orderly = self.orderly(topic)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from functools import partial
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
@@ -99,6 +100,41 @@ class LogicalSide:
             return False
         retry = retry_topic(group, topic)
         return self.pop.peek(group, retry, 0).acked_below >= self.store.max_queue_offset(retry, 0)
+
+    async def receive_static(
+        self, request: spb.ReceiveMessageRequest, context, m: TopicMapping, every_queue: bool, pop, deadline: float
+    ):
+        """A receive of a static topic. An official client (``every_queue``, as for plain topics:
+        consumer.py ``_receive_order``) gets the logical queue it named, or else the other logical
+        queues this broker set owns, so that a client that only asks queue 0 (the Node.js
+        SimpleConsumer) reads every queue; all of them are looked at again as messages arrive, until
+        ``deadline`` (the long poll). A request naming no language (a tool) reads the queue named.
+        ``pop(deadline, lid, segment, long_poll)`` pops a segment held here."""
+        lid = request.message_queue.id
+        if not every_queue or SEGMENT_KEY in _metadata(context) or not 0 <= lid < len(m.queues):
+            async for answer in self.receive_logical(request, context, m, partial(pop, deadline)):
+                yield answer
+            return
+        loop = asyncio.get_running_loop()
+        trouble = None  # the last answer that was neither messages nor "nothing new"
+        while True:
+            m = self.static.get(m.topic) or m
+            for other in [lid, *(q for q in m.owned_by(self.static.broker) if q != lid)]:
+                quick = spb.ReceiveMessageRequest()
+                quick.CopyFrom(request)
+                quick.message_queue.id = other
+                quick.ClearField("long_polling_timeout")  # a segment held elsewhere is not long-polled there either
+                answers = [a async for a in self.receive_logical(quick, context, m, partial(pop, 0.0))]
+                if any(a.HasField("message") for a in answers):
+                    for answer in answers:
+                        yield answer
+                    return
+                if answers and answers[0].status.code not in (pb.Code.OK, pb.Code.MESSAGE_NOT_FOUND):
+                    trouble = answers[0]
+            if loop.time() >= deadline or not self.serving:
+                break
+            await self._until_new(request.group.name, m.topic)
+        yield trouble or spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
 
     async def receive_logical(self, request: spb.ReceiveMessageRequest, context, m: TopicMapping, pop_segment):
         """The answers to a receive of a static topic's logical queue (see the module docstring).

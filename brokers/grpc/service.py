@@ -10,6 +10,7 @@ import itertools
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 import httpx
@@ -144,7 +145,8 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         self.transactions = Transactions(store, config.transactionTimeOut, config.transactionCheckMax)
         self._delay_levels = parse_delay_levels(config.messageDelayLevel)
         self.check_relay = CheckRelay(store, self.relay_check)
-        self.init_logical(StaticQueues(config.brokerName, store.max_queue_offset))
+        static_path = Path(config.storePathRootDir) / "config" / "staticTopics.json"
+        self.init_logical(StaticQueues(config.brokerName, store.max_queue_offset, static_path))
 
     async def transactions_forever(self, serving: Callable[[], bool]) -> None:
         """Every replica relays the checks its log holds to the producers connected here; the serving

@@ -86,3 +86,20 @@ def test_a_seal_waits_for_the_sends_on_their_way_then_reports_the_end_and_only_o
         await s.close()
 
     run(go())
+
+
+def test_a_mapping_adopted_is_persisted_before_anything_acts_on_it_and_read_back_at_start(tmp_path):
+    path = tmp_path / "config" / "staticTopics.json"
+
+    async def go():
+        s = StaticQueues(A, lambda t, q: 0, path)
+        moved = plan_moves(initial("T", 2, [A, B]), {0: B})
+        s.update(initial("T", 2, [A, B]).to_wire())
+        s.update(moved.to_wire())
+        s.update(initial("U", 1, [A]).to_wire())
+        return moved
+
+    moved = run(go())
+    again = StaticQueues(A, lambda t, q: 0, path)  # a restarted broker
+    assert again.get("T") == moved and again.get("U").epoch == 1
+    assert again.write_target(again.get("T"), 0) is None  # queue 0 moved away: never written here again

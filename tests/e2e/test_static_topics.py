@@ -23,6 +23,7 @@ from controlplane.models import ApiToken
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from testkit.static_topics import ProducerLoad, create, mapping, migrate, query_offset, read_queue, routed, settled
 from tests.e2e.test_broker_membership import start_broker, wait_for
+from tests.e2e.test_node_client import alive_and, ids, node, running
 from tests.procs import uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
@@ -44,18 +45,26 @@ def start_sets(tmp_path, base: str, token: str) -> tuple[dict, dict]:
     return procs, ports
 
 
+def stop_sets(procs: dict) -> None:
+    for p in procs.values():
+        if p.poll() is None:
+            p.terminate()
+    for p in procs.values():
+        p.wait(30)
+
+
+def registered(base: str, admin: dict) -> bool:
+    info = httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()
+    return set(info["brokerAddrTable"]) == set(SETS)
+
+
 def test_queues_move_and_a_drained_set_is_stopped_with_nothing_lost_under_the_official_clients(tmp_path):
     token = ApiToken.issue("static-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('static-admin', 'admin')[1]}"}
     with uvicorn_server() as base:
         procs, ports = start_sets(tmp_path, base, token)
         try:
-
-            def registered():
-                info = httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()
-                return set(info["brokerAddrTable"]) == set(SETS)
-
-            wait_for(registered, 30, "three broker sets")
+            wait_for(lambda: registered(base, admin), 30, "three broker sets")
             create(base, admin, TOPIC, QUEUES, ["broker-a", "broker-b"])
             wait_for(lambda: routed(base, admin, TOPIC, 2), 20, "the static topic's route")
             access = f"127.0.0.1:{ports['broker-b']}"
@@ -142,8 +151,40 @@ def test_queues_move_and_a_drained_set_is_stopped_with_nothing_lost_under_the_of
             later = [query_offset(ports["broker-b"], TOPIC, lid, pb.QueryOffsetPolicy.END) for lid in range(QUEUES)]
             assert sum(later) == len(sent) + len(after_stop)
         finally:
-            for p in procs.values():
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs.values():
-                p.wait(30)
+            stop_sets(procs)
+
+
+def node_round(tmp_path, access: str, phase: str, acked: set[str], delivered: set[str]) -> tuple[set[str], set[str]]:
+    """The Node.js producer sends 200 messages; then a Node.js consumer of group "node" receives until
+    every message acknowledged so far (``acked`` and these) was delivered (``delivered``: earlier
+    rounds'). Returns both sets, grown."""
+    producer, sent = node("produce", f"node-producer-{phase}", tmp_path, access, TOPIC, "--interval-ms", "5")
+    with running(producer):
+        wait_for(lambda: alive_and(producer, lambda: len(sent.of("ack")) >= 200), 60, "200 sends acknowledged")
+    assert sent.of("fail") == [], sent.of("fail")[:3]
+    acked = acked | ids(sent, "ack")
+    consumer, got = node("consume", f"node-consumer-{phase}", tmp_path, access, TOPIC, "--group", "node")
+    with running(consumer):
+        wait_for(lambda: alive_and(consumer, lambda: acked <= delivered | ids(got, "delivery")), 90, "every acknowledged message")
+    assert got.of("receive_fail", "ack_fail") == [], got.of("receive_fail", "ack_fail")[:3]
+    return acked, delivered | ids(got, "delivery")
+
+
+def test_the_node_client_produces_and_consumes_a_static_topic_across_a_move(tmp_path):
+    """The official Node.js client (it receives from one queue of each broker only: a receive at a
+    broker set also pops the other logical queues it owns) before and after a queue moves."""
+    token = ApiToken.issue("static-node-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('static-node-admin', 'admin')[1]}"}
+    with uvicorn_server() as base:
+        procs, ports = start_sets(tmp_path, base, token)
+        try:
+            wait_for(lambda: registered(base, admin), 30, "three broker sets")
+            create(base, admin, TOPIC, QUEUES, ["broker-a", "broker-b"])
+            wait_for(lambda: routed(base, admin, TOPIC, 2), 20, "the static topic's route")
+            access = f"127.0.0.1:{ports['broker-b']}"
+            acked, delivered = node_round(tmp_path, access, "before", set(), set())
+            migrate(base, admin, TOPIC, {"moves": [{"queueId": 0, "brokerName": "broker-c"}]})
+            wait_for(lambda: settled(base, admin, TOPIC), 15, "the move decided")
+            node_round(tmp_path, access, "after", acked, delivered)
+        finally:
+            stop_sets(procs)
