@@ -13,6 +13,8 @@ land."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -58,100 +60,108 @@ def registered(base: str, admin: dict) -> bool:
     return set(info["brokerAddrTable"]) == set(SETS)
 
 
-def test_queues_move_and_a_drained_set_is_stopped_with_nothing_lost_under_the_official_clients(tmp_path):
-    token = ApiToken.issue("static-broker", "broker")[1]
-    admin = {"Authorization": f"Bearer {ApiToken.issue('static-admin', 'admin')[1]}"}
+@contextmanager
+def static_cluster(tmp_path, tag: str) -> Iterator[tuple[str, dict, dict, dict]]:
+    """A control plane, the three broker sets, and TOPIC created static on broker-a and broker-b:
+    (base URL, admin headers, broker processes, gRPC ports); everything stopped after."""
+    token = ApiToken.issue(f"{tag}-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue(f'{tag}-admin', 'admin')[1]}"}
     with uvicorn_server() as base:
         procs, ports = start_sets(tmp_path, base, token)
         try:
             wait_for(lambda: registered(base, admin), 30, "three broker sets")
             create(base, admin, TOPIC, QUEUES, ["broker-a", "broker-b"])
             wait_for(lambda: routed(base, admin, TOPIC, 2), 20, "the static topic's route")
-            access = f"127.0.0.1:{ports['broker-b']}"
-            consumer = SimpleConsumer(
-                ClientConfiguration(access, Credentials()), "ledger", {TOPIC: FilterExpression()}, await_duration=1
-            )
-            consumer.startup()
-            received: dict[str, int] = {}
-            first_twice = 0
-
-            def consume(seconds: float) -> None:
-                nonlocal first_twice
-                until = time.monotonic() + seconds
-                while time.monotonic() < until:
-                    for m in consumer.receive(32, 30):
-                        if m.message_id in received and m.delivery_attempt == 1:
-                            first_twice += 1
-                        received[m.message_id] = received.get(m.message_id, 0) + 1
-                        consumer.ack(m)
-
-            try:
-                with ProducerLoad(access, TOPIC) as load:
-                    consume(3)
-                    moved = migrate(
-                        base,
-                        admin,
-                        TOPIC,
-                        {"moves": [{"queueId": 0, "brokerName": "broker-c"}, {"queueId": 1, "brokerName": "broker-c"}]},
-                    )
-                    assert [(m["queueId"], m["target"]["brokerName"]) for m in moved["moves"]] == [
-                        (0, "broker-c"),
-                        (1, "broker-c"),
-                    ]
-                    wait_for(lambda: settled(base, admin, TOPIC), 15, "the first move decided")
-                    consume(3)
-                    drained = migrate(base, admin, TOPIC, {"drain": {"brokerName": "broker-a"}})
-                    assert {m["source"]["brokerName"] for m in drained["moves"]} == {"broker-a"}
-                    wait_for(lambda: settled(base, admin, TOPIC), 15, "the drain decided")
-                    consume(3)
-                    load.stop()
-                    sent = dict(load.sent)
-                    assert not load.errors, load.errors[:3]
-                deadline = time.monotonic() + 90
-                while not set(sent) <= set(received) and time.monotonic() < deadline:
-                    consume(1)
-            finally:
-                consumer.shutdown()
-            missing = set(sent) - set(received)
-            assert not missing, f"{len(missing)} of {len(sent)} acknowledged sends never received"
-            assert first_twice == 0
-            assert len(sent) > 200, "the load sent too little to exercise the moves"
-
-            final = mapping(base, admin, TOPIC)
-            assert {q["segments"][-1]["brokerName"] for q in final["queues"]} <= {"broker-b", "broker-c"}
-            kinds = [c["kind"] for c in final["history"]]
-            assert kinds.count("move") == 2 and kinds.count("decide") >= 3, kinds
-            for q in final["queues"]:  # the chain has no gap: each segment starts where the one before ends
-                segs = q["segments"]
-                for before, after in zip(segs, segs[1:], strict=False):
-                    assert after["logicStart"] == before["logicStart"] + before["physEnd"] - before["physStart"]
-
-            ends = [query_offset(ports["broker-b"], TOPIC, lid, pb.QueryOffsetPolicy.END) for lid in range(QUEUES)]
-            assert sum(ends) == len(sent), (ends, len(sent))
-            print(f"{len(sent)} sent and received across two moves; logical ends {ends}; mapping epoch {final['epoch']}")
-            assert [query_offset(ports["broker-c"], TOPIC, lid, pb.QueryOffsetPolicy.BEGINNING) for lid in range(QUEUES)] == [
-                0
-            ] * QUEUES
-            bodies = set(sent.values())
-            for lid in range(QUEUES):
-                got = read_queue(ports["broker-b"], TOPIC, "auditor", lid, ends[lid])
-                assert [o for o, _ in got] == list(range(ends[lid])), f"queue {lid}: offsets out of order or with gaps"
-                assert {b for _, b in got} <= bodies
-
-            # The drained set, its old segments read to their end, is stopped: nothing is lost.
-            procs["broker-a"].terminate()
-            procs["broker-a"].wait(30)
-            with ProducerLoad(access, TOPIC) as late:
-                deadline = time.monotonic() + 60
-                while len(late.sent) < 50 and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                late.stop()
-                after_stop = dict(late.sent)
-            assert len(after_stop) >= 50
-            later = [query_offset(ports["broker-b"], TOPIC, lid, pb.QueryOffsetPolicy.END) for lid in range(QUEUES)]
-            assert sum(later) == len(sent) + len(after_stop)
+            yield base, admin, procs, ports
         finally:
             stop_sets(procs)
+
+
+def test_queues_move_and_a_drained_set_is_stopped_with_nothing_lost_under_the_official_clients(tmp_path):
+    with static_cluster(tmp_path, "static") as (base, admin, procs, ports):
+        access = f"127.0.0.1:{ports['broker-b']}"
+        consumer = SimpleConsumer(
+            ClientConfiguration(access, Credentials()), "ledger", {TOPIC: FilterExpression()}, await_duration=1
+        )
+        consumer.startup()
+        received: dict[str, int] = {}
+        first_twice = 0
+
+        def consume(seconds: float) -> None:
+            nonlocal first_twice
+            until = time.monotonic() + seconds
+            while time.monotonic() < until:
+                for m in consumer.receive(32, 30):
+                    if m.message_id in received and m.delivery_attempt == 1:
+                        first_twice += 1
+                    received[m.message_id] = received.get(m.message_id, 0) + 1
+                    consumer.ack(m)
+
+        try:
+            with ProducerLoad(access, TOPIC) as load:
+                consume(3)
+                moved = migrate(
+                    base,
+                    admin,
+                    TOPIC,
+                    {"moves": [{"queueId": 0, "brokerName": "broker-c"}, {"queueId": 1, "brokerName": "broker-c"}]},
+                )
+                assert [(m["queueId"], m["target"]["brokerName"]) for m in moved["moves"]] == [
+                    (0, "broker-c"),
+                    (1, "broker-c"),
+                ]
+                wait_for(lambda: settled(base, admin, TOPIC), 15, "the first move decided")
+                consume(3)
+                drained = migrate(base, admin, TOPIC, {"drain": {"brokerName": "broker-a"}})
+                assert {m["source"]["brokerName"] for m in drained["moves"]} == {"broker-a"}
+                wait_for(lambda: settled(base, admin, TOPIC), 15, "the drain decided")
+                consume(3)
+                load.stop()
+                sent = dict(load.sent)
+                assert not load.errors, load.errors[:3]
+            deadline = time.monotonic() + 90
+            while not set(sent) <= set(received) and time.monotonic() < deadline:
+                consume(1)
+        finally:
+            consumer.shutdown()
+        missing = set(sent) - set(received)
+        assert not missing, f"{len(missing)} of {len(sent)} acknowledged sends never received"
+        assert first_twice == 0
+        assert len(sent) > 200, "the load sent too little to exercise the moves"
+
+        final = mapping(base, admin, TOPIC)
+        assert {q["segments"][-1]["brokerName"] for q in final["queues"]} <= {"broker-b", "broker-c"}
+        kinds = [c["kind"] for c in final["history"]]
+        assert kinds.count("move") == 2 and kinds.count("decide") >= 3, kinds
+        for q in final["queues"]:  # the chain has no gap: each segment starts where the one before ends
+            segs = q["segments"]
+            for before, after in zip(segs, segs[1:], strict=False):
+                assert after["logicStart"] == before["logicStart"] + before["physEnd"] - before["physStart"]
+
+        ends = [query_offset(ports["broker-b"], TOPIC, lid, pb.QueryOffsetPolicy.END) for lid in range(QUEUES)]
+        assert sum(ends) == len(sent), (ends, len(sent))
+        print(f"{len(sent)} sent and received across two moves; logical ends {ends}; mapping epoch {final['epoch']}")
+        assert [query_offset(ports["broker-c"], TOPIC, lid, pb.QueryOffsetPolicy.BEGINNING) for lid in range(QUEUES)] == [
+            0
+        ] * QUEUES
+        bodies = set(sent.values())
+        for lid in range(QUEUES):
+            got = read_queue(ports["broker-b"], TOPIC, "auditor", lid, ends[lid])
+            assert [o for o, _ in got] == list(range(ends[lid])), f"queue {lid}: offsets out of order or with gaps"
+            assert {b for _, b in got} <= bodies
+
+        # The drained set, its old segments read to their end, is stopped: nothing is lost.
+        procs["broker-a"].terminate()
+        procs["broker-a"].wait(30)
+        with ProducerLoad(access, TOPIC) as late:
+            deadline = time.monotonic() + 60
+            while len(late.sent) < 50 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            late.stop()
+            after_stop = dict(late.sent)
+        assert len(after_stop) >= 50
+        later = [query_offset(ports["broker-b"], TOPIC, lid, pb.QueryOffsetPolicy.END) for lid in range(QUEUES)]
+        assert sum(later) == len(sent) + len(after_stop)
 
 
 def node_round(tmp_path, access: str, phase: str, acked: set[str], delivered: set[str]) -> tuple[set[str], set[str]]:
@@ -173,18 +183,9 @@ def node_round(tmp_path, access: str, phase: str, acked: set[str], delivered: se
 def test_the_node_client_produces_and_consumes_a_static_topic_across_a_move(tmp_path):
     """The official Node.js client (it receives from one queue of each broker only: a receive at a
     broker set also pops the other logical queues it owns) before and after a queue moves."""
-    token = ApiToken.issue("static-node-broker", "broker")[1]
-    admin = {"Authorization": f"Bearer {ApiToken.issue('static-node-admin', 'admin')[1]}"}
-    with uvicorn_server() as base:
-        procs, ports = start_sets(tmp_path, base, token)
-        try:
-            wait_for(lambda: registered(base, admin), 30, "three broker sets")
-            create(base, admin, TOPIC, QUEUES, ["broker-a", "broker-b"])
-            wait_for(lambda: routed(base, admin, TOPIC, 2), 20, "the static topic's route")
-            access = f"127.0.0.1:{ports['broker-b']}"
-            acked, delivered = node_round(tmp_path, access, "before", set(), set())
-            migrate(base, admin, TOPIC, {"moves": [{"queueId": 0, "brokerName": "broker-c"}]})
-            wait_for(lambda: settled(base, admin, TOPIC), 15, "the move decided")
-            node_round(tmp_path, access, "after", acked, delivered)
-        finally:
-            stop_sets(procs)
+    with static_cluster(tmp_path, "static-node") as (base, admin, _, ports):
+        access = f"127.0.0.1:{ports['broker-b']}"
+        acked, delivered = node_round(tmp_path, access, "before", set(), set())
+        migrate(base, admin, TOPIC, {"moves": [{"queueId": 0, "brokerName": "broker-c"}]})
+        wait_for(lambda: settled(base, admin, TOPIC), 15, "the move decided")
+        node_round(tmp_path, access, "after", acked, delivered)
