@@ -52,11 +52,13 @@ def _queue(topic: str, lid: int) -> pb.MessageQueue:
     return pb.MessageQueue(topic=pb.Resource(name=topic), id=lid)
 
 
-def query_offset(port: int, topic: str, lid: int, policy: int) -> int:
+def query_offset(port: int, topic: str, lid: int, policy: int, at_s: float | None = None) -> int:
+    """QueryOffset of a logical queue (``at_s``: the time, in seconds, of a TIMESTAMP query)."""
+    request = spb.QueryOffsetRequest(message_queue=_queue(topic, lid), query_offset_policy=policy)
+    if at_s is not None:
+        request.timestamp.FromMilliseconds(int(at_s * 1000))
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-        r = rpc.MessagingServiceStub(channel).QueryOffset(
-            spb.QueryOffsetRequest(message_queue=_queue(topic, lid), query_offset_policy=policy), timeout=10
-        )
+        r = rpc.MessagingServiceStub(channel).QueryOffset(request, timeout=10)
     assert r.status.code == pb.Code.OK, r.status
     return r.offset
 

@@ -231,9 +231,9 @@ class LogicalSide:
     # --- offsets ----------------------------------------------------------------------------------
 
     async def query_offset_logical(self, request: spb.QueryOffsetRequest, context, m: TopicMapping) -> spb.QueryOffsetResponse:
-        """END: the owner's (handed on when another broker set owns the queue); BEGINNING: the oldest
-        segment still held; a time: the first segment (oldest first) of this broker set whose messages
-        reach it, else the end (searching other broker sets' segments by time is not done yet)."""
+        """BEGINNING: the oldest segment still held; END: the owner's (handed on when another broker
+        set owns the queue); a time: the first segment (oldest first) whose messages reach it, each
+        searched by the broker set holding it (handed on with ``x-static-segment``), else the end."""
         lid = request.message_queue.id
         if not 0 <= lid < len(m.queues):
             return spb.QueryOffsetResponse(status=_status(pb.Code.BAD_REQUEST, f"{m.topic} has no queue {lid}"))
@@ -241,12 +241,19 @@ class LogicalSide:
         policy = request.query_offset_policy
         if policy == pb.QueryOffsetPolicy.BEGINNING:
             return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=min_logical_offset(q))
+        if policy == pb.QueryOffsetPolicy.TIMESTAMP:
+            found = await self._offset_by_time(request, context, m, lid)
+            if found is not None:
+                return found
         w = q.writable
         if w.broker_name != self.static.broker:
             if HOP_KEY in _metadata(context):
                 return spb.QueryOffsetResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, "the logical queue moved again"))
             try:
-                return await self.to_set(w.broker_name).unary("QueryOffset", request, context, metadata=((HOP_KEY, "1"),))
+                end_request = spb.QueryOffsetRequest()
+                end_request.CopyFrom(request)
+                end_request.query_offset_policy = pb.QueryOffsetPolicy.END
+                return await self.to_set(w.broker_name).unary("QueryOffset", end_request, context, metadata=((HOP_KEY, "1"),))
             except NoServingBroker as exc:
                 return spb.QueryOffsetResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
         if w.logic_start is None:
@@ -254,21 +261,42 @@ class LogicalSide:
             m = self.static.get(m.topic) or m
             w = m.queues[lid].writable
             if w.logic_start is None or w.broker_name != self.static.broker:
-                return spb.QueryOffsetResponse(
-                    status=_status(pb.Code.INTERNAL_SERVER_ERROR, "the queue's move is not decided yet")
-                )
+                undecided = _status(pb.Code.INTERNAL_SERVER_ERROR, "the queue's move is not decided yet")
+                return spb.QueryOffsetResponse(status=undecided)
         end = w.logic_start + (self.store.max_queue_offset(m.topic, w.queue_id) - w.phys_start)
-        if policy == pb.QueryOffsetPolicy.END:
-            return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=end)
-        wanted = request.timestamp.seconds * 1000 + request.timestamp.nanos // 10**6
-        for s in StaticQueues.live(q):
-            if s.broker_name != self.static.broker or s.logic_start is None:
-                continue
-            seg_end = self.store.max_queue_offset(m.topic, s.queue_id) if s.phys_end is None else s.phys_end
-            found = await self.offset_by_time(m.topic, s.queue_id, max(s.phys_start, 0), seg_end, wanted)
-            if found < seg_end:
-                return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=s.logic_start + (found - s.phys_start))
         return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=end)
+
+    async def _offset_by_time(self, request, context, m: TopicMapping, lid: int) -> spb.QueryOffsetResponse | None:
+        """The logical offset of the first message stored at the asked time or later, searching the
+        segments oldest first; None when every segment's messages are older (the caller answers END).
+        Asked for one segment (``x-static-segment``): the answer of that segment, held here."""
+        wanted = request.timestamp.seconds * 1000 + request.timestamp.nanos // 10**6
+        asked = _metadata(context).get(SEGMENT_KEY)
+        segments = StaticQueues.live(m.queues[lid])
+        if asked is not None:
+            segments = [s for s in segments if segment_key(s) == asked]
+            if not segments or segments[0].broker_name != self.static.broker or segments[0].logic_start is None:
+                return spb.QueryOffsetResponse(status=_status(pb.Code.BAD_REQUEST, f"segment {asked} is not held here"))
+        for s in segments:
+            if s.logic_start is None:
+                continue
+            if s.broker_name == self.static.broker:
+                phys_end = self.store.max_queue_offset(m.topic, s.queue_id) if s.phys_end is None else s.phys_end
+                found = await self.offset_by_time(m.topic, s.queue_id, s.phys_start, phys_end, wanted)
+                offset, end = s.logic_start + (found - s.phys_start), s.logic_start + (phys_end - s.phys_start)
+            else:
+                try:
+                    answer = await self.to_set(s.broker_name).unary(
+                        "QueryOffset", request, context, metadata=((SEGMENT_KEY, segment_key(s)),)
+                    )
+                except NoServingBroker as exc:
+                    return spb.QueryOffsetResponse(status=_status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+                if answer.status.code != pb.Code.OK:
+                    return answer
+                offset, end = answer.offset, s.logic_end
+            if asked is not None or end is None or offset < end:
+                return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=offset)
+        return None
 
 
 def by_broker(indexes: dict[int, str]) -> dict[str, list[int]]:

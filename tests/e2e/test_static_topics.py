@@ -111,6 +111,7 @@ def test_queues_move_and_a_drained_set_is_stopped_with_nothing_lost_under_the_of
                     (1, "broker-c"),
                 ]
                 wait_for(lambda: settled(base, admin, TOPIC), 15, "the first move decided")
+                first_move_decided = time.time()
                 consume(3)
                 drained = migrate(base, admin, TOPIC, {"drain": {"brokerName": "broker-a"}})
                 assert {m["source"]["brokerName"] for m in drained["moves"]} == {"broker-a"}
@@ -144,6 +145,14 @@ def test_queues_move_and_a_drained_set_is_stopped_with_nothing_lost_under_the_of
         assert [query_offset(ports["broker-c"], TOPIC, lid, pb.QueryOffsetPolicy.BEGINNING) for lid in range(QUEUES)] == [
             0
         ] * QUEUES
+        # By time, asked where queue 0 has no segment: each segment searched by the broker set holding it.
+        sealed = final["queues"][0]["segments"][0]
+        sealed_end = sealed["logicStart"] + sealed["physEnd"] - sealed["physStart"]
+        by_time = [
+            query_offset(ports["broker-b"], TOPIC, 0, pb.QueryOffsetPolicy.TIMESTAMP, at) for at in (0, first_move_decided)
+        ]
+        assert by_time[0] == 0 and sealed_end <= by_time[1] < ends[0], (by_time, sealed_end, ends[0])
+        assert query_offset(ports["broker-b"], TOPIC, 0, pb.QueryOffsetPolicy.TIMESTAMP, time.time() + 3600) == ends[0]
         bodies = set(sent.values())
         for lid in range(QUEUES):
             got = read_queue(ports["broker-b"], TOPIC, "auditor", lid, ends[lid])
