@@ -443,6 +443,9 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
             ids.append(message_id)
         if bases is None:
             results = await self.store.put_messages(stored)
+        elif len(bases) != len(stored):
+            detail = "a batch with a static topic's messages takes no other topic's"
+            return spb.SendMessageResponse(status=_status(pb.Code.BAD_REQUEST, detail))
         else:
             writing = self.static.writing
             queues = [(msg.topic, msg.queue_id) for msg in stored if msg.topic == checked_name]

@@ -16,10 +16,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import grpc
 import httpx
 import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from controlplane.models import ApiToken
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
@@ -158,6 +161,17 @@ def test_queues_move_and_a_drained_set_is_stopped_with_nothing_lost_under_the_of
             got = read_queue(ports["broker-b"], TOPIC, "auditor", lid, ends[lid])
             assert [o for o, _ in got] == list(range(ends[lid])), f"queue {lid}: offsets out of order or with gaps"
             assert {b for _, b in got} <= bodies
+
+        # A batch mixing a static topic with another topic is refused whole: nothing stored.
+        mixed = spb.SendMessageRequest(
+            messages=[pb.Message(topic=pb.Resource(name=t), body=b"mixed") for t in (TOPIC, "broker-b")]
+        )
+        for n, m in enumerate(mixed.messages):
+            m.system_properties.message_id, m.system_properties.message_type = f"mixed-{n}", pb.MessageType.NORMAL
+        with grpc.insecure_channel(f"127.0.0.1:{ports['broker-b']}") as channel:
+            refused = rpc.MessagingServiceStub(channel).SendMessage(mixed, timeout=10)
+        assert refused.status.code == pb.Code.BAD_REQUEST, refused.status
+        assert [query_offset(ports["broker-b"], TOPIC, lid, pb.QueryOffsetPolicy.END) for lid in range(QUEUES)] == ends
 
         # The drained set, its old segments read to their end, is stopped: nothing is lost.
         procs["broker-a"].terminate()
