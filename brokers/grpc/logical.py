@@ -147,7 +147,10 @@ class LogicalSide:
         asked = _metadata(context).get(SEGMENT_KEY)
         if asked is not None:  # handed on by another broker set: this segment only
             s = _find(m, lid, asked)
-            if s is None or s.broker_name != self.static.broker or self._segment_done(group, m.topic, s):
+            if s is None or s.broker_name != self.static.broker:  # not (yet) known here: never taken for done
+                yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, f"segment {asked} is not known here"))
+                return
+            if self._segment_done(group, m.topic, s):
                 yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, SEGMENT_DONE))
                 return
             async for answer in pop_segment(lid, s, s.phys_end is None and s is m.queues[lid].writable):
