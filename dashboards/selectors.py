@@ -325,7 +325,10 @@ def topics() -> list[dict]:
 def static_topics_view() -> dict:
     """Every static topic's mapping (segments with their states, as REST shows them) and the broker
     set names an operator can move queues to."""
-    mappings = [wire.static_topic(m) for m in sorted(static_topics.all_mappings(), key=lambda m: m.topic)]
+    mappings = [
+        {**wire.static_topic(m), "writers": sorted({b for b, _ in m.owners().values()})}
+        for m in sorted(static_topics.all_mappings(), key=lambda m: m.topic)
+    ]
     return {
         "mappings": mappings,
         "brokerSets": list(BrokerGroup.objects.order_by("broker_name").values_list("broker_name", flat=True)),

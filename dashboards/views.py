@@ -138,10 +138,7 @@ def topics(request):
 def static_topics(request):
     """Static topics: each logical queue's segments; operators preview and apply moves, drains and
     scale-outs (the same service as REST, audited)."""
-    view = selectors.static_topics_view()
-    for m in view["mappings"]:
-        m["writers"] = sorted({q["segments"][-1]["brokerName"] for q in m["queues"]})
-    return _page(request, "dashboards/static_topics.html", view)
+    return _page(request, "dashboards/static_topics.html", selectors.static_topics_view())
 
 
 @login_required

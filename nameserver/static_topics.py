@@ -100,8 +100,11 @@ def _announce(m: lq.TopicMapping) -> None:
 
 
 def mappings_for(broker_name: str) -> list[dict]:
-    """The mappings naming ``broker_name`` (its registration answer carries them)."""
-    return [m.to_wire() for m in all_mappings() if broker_name in m.brokers()]
+    """The mappings naming ``broker_name`` (its registration answer carries them): cached per registry
+    version, which every change of a mapping moves, as every broker registers every 30 s."""
+    return route_cache.cached(
+        ("static-topics-for", broker_name), lambda: [m.to_wire() for m in all_mappings() if broker_name in m.brokers()]
+    )
 
 
 def seal(topic: str, queue_id: int, broker_name: str, physical_queue: int, end: int) -> lq.TopicMapping:
