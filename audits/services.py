@@ -15,6 +15,7 @@ from psycopg.conninfo import make_conninfo
 
 from controlplane import audit as operator_audit
 from controlplane.celery import app as celery_app
+from controlplane.redis import acquire_slot, key
 
 from . import event_store
 from .events import OffsetEventBatch
@@ -58,6 +59,14 @@ def fail_stale_runs() -> int:
     return n + never.update(
         status=RunStatus.FAILED, active=None, finished_at=now, stage="failed", error="no Celery worker started the run"
     )
+
+
+def start_scheduled_run(actor: str = "celery-beat") -> AuditRun | None:
+    """Beat's scheduled audit: at most one per AUDIT_INTERVAL_SECONDS however many beats run (a Redis
+    slot, as the scans have); None when another beat took this interval's."""
+    if not acquire_slot(key("audits", "schedule-slot"), int(settings.AUDIT_INTERVAL_SECONDS * 1000)):
+        return None
+    return start_run(RunTrigger.SCHEDULE, actor)[0]
 
 
 def start_run(trigger: RunTrigger, actor: str) -> tuple[AuditRun, bool]:

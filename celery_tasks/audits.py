@@ -3,7 +3,6 @@
 from celery import shared_task
 
 from audits import services
-from audits.models import RunTrigger
 
 
 @shared_task(name=services.FLUSH_TASK, ignore_result=True)
@@ -13,10 +12,11 @@ def flush_offset_events() -> int:
 
 
 @shared_task(name=services.SCHEDULED_RUN_TASK, ignore_result=True)
-def run_scheduled_audit() -> int:
-    """Celery beat's hourly (AUDIT_INTERVAL_SECONDS) audit; skipped while another run is active."""
-    run, _ = services.start_run(RunTrigger.SCHEDULE, "celery-beat")
-    return run.pk
+def run_scheduled_audit() -> int | None:
+    """Celery beat's hourly (AUDIT_INTERVAL_SECONDS) audit: once per interval however many beats run,
+    and skipped while another run is active."""
+    run = services.start_scheduled_run()
+    return None if run is None else run.pk
 
 
 # A worker lost mid-run leaves its run to the stale-run check (audits.services.fail_stale_runs)

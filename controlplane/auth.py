@@ -9,9 +9,11 @@ brokers do not each cost a Postgres read; a revoked token stops working within T
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from threading import Lock
 
 from rest_framework import authentication, exceptions, permissions, status
@@ -249,3 +251,13 @@ try:  # describe the bearer scheme in the OpenAPI schema
             return {"type": "http", "scheme": "bearer", "description": "API token (manage.py create_api_token)"}
 except ImportError:  # pragma: no cover
     pass
+
+
+def write_secret(path: Path, secret: str) -> None:
+    """Write ``secret`` readable by the owner only: the mode is set at creation, never world-readable
+    (an older file's mode is corrected). Secrets go to files like this one, never to stdout or logs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
+    path.chmod(0o600)

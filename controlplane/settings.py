@@ -111,6 +111,12 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Every Redis key this control plane writes starts with this prefix, so several deployments
 # (or a test run beside a demo) can share one Redis.
 REDIS_KEY_PREFIX = os.environ.get("REDIS_KEY_PREFIX", "rmqha:")
+# The blindness guard (controlplane/blindness.py, docs/failover.md): time after the moment by which half
+# of the brokers were last heard, plus this grace, is not counted toward any broker's heartbeat timeout;
+# nor is time in which no scan looked for longer than the gap. Keep the grace under every broker's
+# heartbeat timeout.
+HEARING_GRACE_MILLIS = int(os.environ.get("HEARING_GRACE_MILLIS", "1500"))
+HEARING_MAX_GAP_MILLIS = int(os.environ.get("HEARING_MAX_GAP_MILLIS", "5000"))
 
 CHANNEL_LAYERS = {
     "default": {

@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 # Close codes (4000-4999 are the application's): the handshake is refused before accept for these.
 CLOSE_UNAUTHORIZED = 4401
+CLOSE_SERVER_RESTART = 1012  # RFC 6455 "service restart": what uvicorn sends its sockets on shutdown
 
 
 class FrameError(Exception):
@@ -271,6 +272,11 @@ class BrokerConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         if not hasattr(self, "_bound"):  # refused at the handshake
+            return
+        if code == CLOSE_SERVER_RESTART:
+            # This process is shutting down, not the broker: it reconnects to another web process
+            # and beats on; liveness judges it as usual (the blindness guard, docs/failover.md).
+            log.info("server shutdown: the close hooks do not run for this broker socket")
             return
         for hook in list(_close_hooks):
             try:

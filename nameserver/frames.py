@@ -130,10 +130,16 @@ async def closed(connection: ws.BrokerConsumer) -> None:
     for member in list(connection.bound(BOUND)):
         try:
             if await liveness.release_connection(member, connection.channel_name):
-                cluster, addr = liveness.split_member(member)
-                await database_sync_to_async(services.unregister_broker)(cluster, addr)
+                await database_sync_to_async(_broker_gone)(member)
         except Exception:
             log.exception("unregistering %s after its websocket closed failed", member)
+
+
+def _broker_gone(member: str) -> None:
+    if liveness.hearing().blind_now:  # sockets closing by the dozen while most brokers are unheard: ours
+        log.warning("%s's socket closed while the nameserver cannot hear most brokers: left to expiry", member)
+        return
+    services.unregister_broker(*liveness.split_member(member))
 
 
 _SEALED = {

@@ -7,17 +7,22 @@ means several control-plane processes never disagree about who expired. Each fun
 clock takes ``now_ms``: None (the default) is Redis's clock; a value is that instant, so tests and
 replays judge expiry at a time of their choosing instead of sleeping.
 ``ns:conn`` maps a member to the Channels name of its websocket, for pushes and close handling.
+Expiry does not count time the nameserver could not hear (the blindness guard, controlplane/blindness.py):
+``ns:last`` holds each member's last heartbeat for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from controlplane.hearing import Record, View
 from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
 from controlplane.redis import acquire_slot as redis_slot
 
 # ARGV[1] of every script is the clock ('' for Redis's, see LUA_NOW_MS_OR_ARGV1).
-# KEYS: timeout hash, deadline zset, conn hash. ARGV: clock, member, channel, member, channel, ...
+HEARING = Record("ns")
+
+# KEYS: timeout hash, deadline zset, conn hash, last zset. ARGV: clock, member, channel, member, channel, ...
 # Refreshes each registered member and, when a channel is given, binds the member to that websocket.
 # Returns 1/0 per member (0: not registered; nothing is bound then).
 _HEARTBEAT = (
@@ -29,6 +34,7 @@ for i = 2, #ARGV, 2 do
   local timeout = redis.call('HGET', KEYS[1], m)
   if timeout then
     redis.call('ZADD', KEYS[2], now + tonumber(timeout), m)
+    redis.call('ZADD', KEYS[4], now, m)
     if channel ~= '' then redis.call('HSET', KEYS[3], m, channel) end
     out[#out + 1] = 1
   else
@@ -39,28 +45,19 @@ return out
 """
 )
 
-# KEYS: timeout hash, deadline zset. ARGV: clock, member, timeout ms.
+# KEYS: timeout hash, deadline zset, last zset. ARGV: clock, member, timeout ms.
 _MARK_REGISTERED = (
     LUA_NOW_MS_OR_ARGV1
     + """
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
+redis.call('ZADD', KEYS[3], now, ARGV[2])
 return now
 """
 )
 
 # KEYS: deadline zset. ARGV: clock. Returns members whose deadline has passed.
 _EXPIRED = LUA_NOW_MS_OR_ARGV1 + "return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)"
-
-# KEYS: deadline zset. ARGV: clock, member. 1 when the member has no deadline or it has passed.
-_IS_EXPIRED = (
-    LUA_NOW_MS_OR_ARGV1
-    + """
-local d = redis.call('ZSCORE', KEYS[1], ARGV[2])
-if (not d) or tonumber(d) < now then return 1 end
-return 0
-"""
-)
 
 
 def member(cluster_name: str, broker_addr: str) -> str:
@@ -80,7 +77,9 @@ def mark_registered(cluster_name: str, broker_addr: str, timeout_millis: int, no
     """Start (or refresh) liveness at registration; returns the clock reading it used, in ms."""
     t, d, _ = _keys()
     return int(
-        sync_client().eval(_MARK_REGISTERED, 2, t, d, clock_arg(now_ms), member(cluster_name, broker_addr), timeout_millis)
+        sync_client().eval(
+            _MARK_REGISTERED, 3, t, d, HEARING.last_key, clock_arg(now_ms), member(cluster_name, broker_addr), timeout_millis
+        )
     )
 
 
@@ -89,7 +88,7 @@ def heartbeat(members: Sequence[str], now_ms: int | None = None) -> list[bool]:
     if not members:
         return []
     args = [x for m in members for x in (m, "")]
-    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 3, *_keys(), clock_arg(now_ms), *args)]
+    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 4, *_keys(), HEARING.last_key, clock_arg(now_ms), *args)]
 
 
 async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None = None) -> list[bool]:
@@ -98,7 +97,7 @@ async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None =
     if not beats:
         return []
     args = [x for pair in beats for x in pair]
-    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 3, *_keys(), clock_arg(now_ms), *args)]
+    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 4, *_keys(), HEARING.last_key, clock_arg(now_ms), *args)]
 
 
 def forget(members: Iterable[str]) -> None:
@@ -109,18 +108,41 @@ def forget(members: Iterable[str]) -> None:
     pipe = sync_client().pipeline(transaction=True)
     pipe.hdel(t, *members)
     pipe.zrem(d, *members)
+    pipe.zrem(HEARING.last_key, *members)
     pipe.hdel(c, *members)
     pipe.execute()
 
 
+def _silent_past(members: Sequence[str], hearing: View) -> list[str]:
+    """Those of ``members`` silent past their timeout by the hearing's judgement (no entry: silent)."""
+    t, _, _ = _keys()
+    pipe = sync_client().pipeline(transaction=False)
+    pipe.hmget(t, list(members))
+    pipe.zmscore(HEARING.last_key, list(members))
+    timeouts, lasts = pipe.execute()
+    return [
+        m
+        for m, timeout, last in zip(members, timeouts, lasts, strict=True)
+        if timeout is None or last is None or hearing.silent_past(int(last), int(timeout))
+    ]
+
+
 def expired_members(now_ms: int | None = None) -> list[str]:
+    """Members silent past their timeout, blind time not counted: the scan's look records the blind
+    spans first. A member past its deadline by Redis's clock is only a candidate."""
+    hearing = HEARING.look(now_ms)
     _, d, _ = _keys()
-    return list(sync_client().eval(_EXPIRED, 1, d, clock_arg(now_ms)))
+    candidates = list(sync_client().eval(_EXPIRED, 1, d, clock_arg(hearing.now)))
+    return _silent_past(candidates, hearing) if candidates else []
 
 
 def is_expired(value: str, now_ms: int | None = None) -> bool:
-    _, d, _ = _keys()
-    return bool(sync_client().eval(_IS_EXPIRED, 1, d, clock_arg(now_ms), value))
+    return bool(_silent_past([value], HEARING.view(now_ms)))
+
+
+def hearing(now_ms: int | None = None) -> View:
+    """The nameserver's hearing now (the dashboard shows it)."""
+    return HEARING.view(now_ms)
 
 
 def last_heartbeats(members: Sequence[str]) -> dict[str, tuple[int, int] | None]:

@@ -83,6 +83,9 @@ async def closed(connection: ws.BrokerConsumer) -> None:
 
 
 def _broker_gone(member: str) -> None:
+    if liveness.hearing().blind_now:  # sockets closing by the dozen while most brokers are unheard: ours
+        log.warning("%s's socket closed while the control plane cannot hear most brokers: left to expiry", member)
+        return
     liveness.forget([member])
     cluster, name, broker_id = liveness.split_member(member)
     celery_app.send_task(ON_BROKER_INACTIVE, args=[cluster, name, broker_id])

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from controlplane.hearing import Record, View
 from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
 from controlplane.redis import acquire_slot as redis_slot
 
@@ -20,8 +21,12 @@ from .core.state import INT_MAX, LiveInfo
 
 DEFAULT_TIMEOUT_MILLIS = 10_000  # DEFAULT_BROKER_CHANNEL_EXPIRED_TIME in the controller
 
+# What the controller could hear (the blindness guard): every judgement of "alive" below discounts
+# the time it could not hear (controlplane/blindness.py).
+HEARING = Record("ctl")
+
 # ARGV[1] of every script is the clock ('' for Redis's, see LUA_NOW_MS_OR_ARGV1).
-# KEYS: deadline zset, conn hash. ARGV[2]: hash key prefix; then per beat 8 values:
+# KEYS: deadline zset, conn hash, last zset (the hearing record's). ARGV[2]: hash key prefix; then per beat 8 values:
 # member, addr, epoch, maxOffset, confirmOffset, priority, timeout, channel ('' = do not bind).
 # (epoch, maxOffset, confirmOffset) only move forward: a larger epoch, or the same epoch with a
 # larger maxOffset (a truncated replica keeps its old, higher maxOffset until its epoch grows).
@@ -39,6 +44,7 @@ for i = 3, #ARGV, 8 do
   end
   redis.call('HSET', k, 'addr', ARGV[i + 1], 'priority', ARGV[i + 5], 'timeout', ARGV[i + 6], 'last', now)
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[i + 6]), m)
+  redis.call('ZADD', KEYS[3], now, m)
   if ARGV[i + 7] ~= '' then redis.call('HSET', KEYS[2], m, ARGV[i + 7]) end
 end
 return now
@@ -96,6 +102,10 @@ def _keys() -> tuple[str, str]:
     return key("ctl", "deadline"), key("ctl", "conn")
 
 
+def _beat_keys() -> tuple[str, str, str]:
+    return *_keys(), HEARING.last_key
+
+
 def _args(beats: Sequence[tuple[Beat, str]], now_ms: int | None) -> list:
     args: list = [clock_arg(now_ms), _prefix()]
     for b, channel in beats:
@@ -114,13 +124,13 @@ def _args(beats: Sequence[tuple[Beat, str]], now_ms: int | None) -> list:
 
 def heartbeat(beat: Beat, now_ms: int | None = None) -> int:
     """Stamp one heartbeat; returns the clock reading it used, in ms."""
-    return int(sync_client().eval(_HEARTBEAT, 2, *_keys(), *_args([(beat, "")], now_ms)))
+    return int(sync_client().eval(_HEARTBEAT, 3, *_beat_keys(), *_args([(beat, "")], now_ms)))
 
 
 async def heartbeat_async(beats: Sequence[tuple[Beat, str]], now_ms: int | None = None) -> None:
     """Several heartbeats in one round trip; a non-empty channel binds the broker to that websocket."""
     if beats:
-        await async_client().eval(_HEARTBEAT, 2, *_keys(), *_args(beats, now_ms))
+        await async_client().eval(_HEARTBEAT, 3, *_beat_keys(), *_args(beats, now_ms))
 
 
 def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int], now_ms: int | None = None) -> dict[int, LiveInfo]:
@@ -129,8 +139,8 @@ def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int], n
     if not ids:
         return {}
     reply = sync_client().eval(_READ, 0, clock_arg(now_ms), _prefix(), *(member(cluster_name, broker_name, i) for i in ids))
-    now = int(reply[0])
-    return {broker_id: _live_info(broker_id, fields, now) for broker_id, fields in zip(ids, reply[1:], strict=True)}
+    hearing = HEARING.view(int(reply[0]))
+    return {broker_id: _live_info(broker_id, fields, hearing) for broker_id, fields in zip(ids, reply[1:], strict=True)}
 
 
 def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]], now_ms: int | None = None) -> dict[str, dict[int, LiveInfo]]:
@@ -141,20 +151,20 @@ def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]], now_ms: int 
     if not members:
         return out
     reply = sync_client().eval(_READ, 0, clock_arg(now_ms), _prefix(), *members)
-    now, fields = int(reply[0]), iter(reply[1:])
+    hearing, fields = HEARING.view(int(reply[0])), iter(reply[1:])
     for _, name, ids in wanted:
         for broker_id in ids:
-            out[name][broker_id] = _live_info(broker_id, next(fields), now)
+            out[name][broker_id] = _live_info(broker_id, next(fields), hearing)
     return out
 
 
-def _live_info(broker_id: int, fields, now: int) -> LiveInfo:
+def _live_info(broker_id: int, fields, hearing: View) -> LiveInfo:
     addr, epoch, max_offset, confirm, priority, timeout, last = fields
     if last is None:
         return LiveInfo(broker_id, alive=False)
     return LiveInfo(
         broker_id,
-        alive=int(last) + int(timeout) >= now,
+        alive=not hearing.silent_past(int(last), int(timeout)),
         epoch=int(epoch),
         max_offset=int(max_offset),
         confirm_offset=int(confirm),
@@ -172,12 +182,31 @@ def forget(members: Iterable[str]) -> None:
     for m in members:
         pipe.delete(_prefix() + m)
     pipe.zrem(deadline, *members)
+    pipe.zrem(HEARING.last_key, *members)
     pipe.hdel(conn, *members)
     pipe.execute()
 
 
 def expired_members(now_ms: int | None = None) -> list[str]:
-    return list(sync_client().eval(_EXPIRED, 1, _keys()[0], clock_arg(now_ms)))
+    """Members silent past their timeout, blind time not counted: the scan's look records the blind
+    spans first. A member past its deadline by Redis's clock is only a candidate."""
+    hearing = HEARING.look(now_ms)
+    candidates = list(sync_client().eval(_EXPIRED, 1, _keys()[0], clock_arg(hearing.now)))
+    if not candidates:
+        return []
+    pipe = sync_client().pipeline(transaction=False)
+    for m in candidates:
+        pipe.hmget(_prefix() + m, "timeout", "last")
+    out = []
+    for m, (timeout, last) in zip(candidates, pipe.execute(), strict=True):
+        if last is None or hearing.silent_past(int(last), int(timeout)):
+            out.append(m)
+    return out
+
+
+def hearing(now_ms: int | None = None, *, look: bool = False) -> View:
+    """The controller's hearing now; ``look``: record it (a scan's look, before its judgements)."""
+    return HEARING.look(now_ms) if look else HEARING.view(now_ms)
 
 
 def acquire_slot(name: str, interval_millis: int) -> bool:

@@ -35,12 +35,10 @@ def replica_info(broker_name: str) -> SyncState | None:
     return state_of(row) if row else None
 
 
-def states(broker_names: list[str] | None = None, *, with_master_only: bool = False) -> list[SyncState]:
+def states(broker_names: list[str] | None = None) -> list[SyncState]:
     rows = ReplicaGroup.objects.prefetch_related("replicas").order_by("broker_name")
     if broker_names is not None:
         rows = rows.filter(broker_name__in=broker_names)
-    if with_master_only:
-        rows = rows.filter(master_broker_id__isnull=False)
     return [state_of(r, list(r.replicas.all())) for r in rows]
 
 
@@ -65,12 +63,13 @@ def isolated_ids(state: SyncState) -> frozenset[int]:
     return frozenset(r.broker_id for r in state.replicas if r.broker_address in addrs) if addrs else frozenset()
 
 
-def live_view(state: SyncState | None, isolated: frozenset[int] | None = None) -> dict[int, LiveInfo]:
-    """The heartbeat view of a set as elections see it: an isolated replica counts as dead.
-    ``isolated``: the isolated ids when the caller already has them (the locked read has)."""
+def live_view(state: SyncState | None, isolated: frozenset[int] | None = None, now_ms: int | None = None) -> dict[int, LiveInfo]:
+    """The heartbeat view of a set as elections see it (at ``now_ms``; None: Redis's clock): an isolated
+    replica counts as dead. ``isolated``: the isolated ids when the caller already has them (the
+    locked read has)."""
     if state is None:
         return {}
-    live = liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids)
+    live = liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids, now_ms)
     return isolated_as_dead(live, isolated_ids(state) if isolated is None else isolated)
 
 

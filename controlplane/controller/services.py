@@ -74,11 +74,11 @@ class _EarlyView:
     read_at: float
 
 
-def _early_view(broker_name: str) -> _EarlyView | None:
+def _early_view(broker_name: str, now_ms: int | None = None) -> _EarlyView | None:
     replicas = _last_locked.get(broker_name)
     if replicas is None:
         return None
-    return _EarlyView(replicas, liveness.live_infos(replicas[0], broker_name, replicas[1]), time.monotonic())
+    return _EarlyView(replicas, liveness.live_infos(replicas[0], broker_name, replicas[1], now_ms), time.monotonic())
 
 
 @dataclass(frozen=True)
@@ -87,14 +87,15 @@ class _Locked:
     state: SyncState | None
     isolated: frozenset[int] = frozenset()
 
-    def live(self, early: _EarlyView | None = None) -> dict[int, LiveInfo]:
-        """The heartbeat view of the set; an isolated replica counts as dead: never a candidate."""
+    def live(self, early: _EarlyView | None = None, now_ms: int | None = None) -> dict[int, LiveInfo]:
+        """The heartbeat view of the set (at ``now_ms``; None: Redis's clock); an isolated replica
+        counts as dead: never a candidate."""
         if self.state is None:
             return {}
         replicas = _last_locked[self.state.broker_name] = (self.state.cluster_name, self.state.replica_ids)
         if early is not None and early.replicas == replicas and time.monotonic() - early.read_at <= EARLY_VIEW_MAX_AGE_S:
             return isolated_as_dead(early.live, self.isolated)
-        return selectors.live_view(self.state, self.isolated)
+        return selectors.live_view(self.state, self.isolated, now_ms)
 
 
 def _locked(broker_name: str) -> _Locked:
@@ -259,14 +260,15 @@ def elect_master(
     designate: bool = False,
     trigger: Trigger = Trigger.BROKER,
     requested_by: str = "",
+    now_ms: int | None = None,
 ) -> Outcome:
-    """``CONTROLLER_ELECT_MASTER`` (reference §1.5)."""
+    """``CONTROLLER_ELECT_MASTER`` (reference §1.5), judging liveness at ``now_ms`` (None: Redis's clock)."""
     request = rules.ElectRequest(broker_name, broker_id, designate, trigger)
     enable_unclean = current_config().enable_elect_unclean_master
-    early = _early_view(broker_name)
+    early = _early_view(broker_name, now_ms)
     with transaction.atomic():
         locked = _locked(broker_name)
-        gid, state, live = locked.gid, locked.state, locked.live(early)
+        gid, state, live = locked.gid, locked.state, locked.live(early, now_ms)
         decision = rules.elect_master(state, live, request, enable_unclean=enable_unclean)
         if decision.new_state is None:
             return Outcome(decision.code, state, decision.detail)
@@ -420,16 +422,22 @@ def heartbeat(beat: liveness.Beat) -> None:
 # --- inactivity -----------------------------------------------------------------------------------
 
 
-def on_broker_inactive(cluster_name: str, broker_name: str, broker_id: int | None) -> Outcome | None:
+def on_broker_inactive(cluster_name: str, broker_name: str, broker_id: int | None, now_ms: int | None = None) -> Outcome | None:
     """``ControllerManager.onBrokerInactive``: elect when the master went away (or when called by the
-    inactive-master scan with no id), up to electMasterMaxRetryCount tries."""
+    inactive-master scan with no id), up to electMasterMaxRetryCount tries. Never while the control
+    plane cannot hear most brokers (the blindness guard, controlplane/blindness.py): what it cannot
+    hear is its own outage, not the master's, and the election waits until it hears again. ``now_ms``:
+    the instant liveness is judged at (None: Redis's clock)."""
     if broker_id is not None:
         row = ReplicaGroup.objects.filter(broker_name=broker_name).first()
         if row is None or row.master_broker_id != broker_id:
             return None
+    if liveness.hearing(now_ms).blind_now:
+        log.warning("not electing for %s: the control plane cannot hear most brokers", broker_name)
+        return None
     outcome = None
     for _ in range(current_config().elect_master_max_retry_count):
-        outcome = elect_master(broker_name, trigger=Trigger.CONTROLLER, requested_by="controller")
+        outcome = elect_master(broker_name, trigger=Trigger.CONTROLLER, requested_by="controller", now_ms=now_ms)
         if outcome.code in (C.SUCCESS, C.CONTROLLER_MASTER_STILL_EXIST, C.CONTROLLER_BROKER_NEED_TO_BE_REGISTERED):
             break
     return outcome
@@ -437,7 +445,8 @@ def on_broker_inactive(cluster_name: str, broker_name: str, broker_id: int | Non
 
 def scan_inactive_brokers(now_ms: int | None = None) -> list[str]:
     """``scanNotActiveBroker`` of the controller: drop expired heartbeat entries and react.
-    ``now_ms``: the instant expiry is judged at (None: Redis's clock, see liveness)."""
+    ``now_ms``: the instant expiry is judged at (None: Redis's clock, see liveness); time the control
+    plane could not hear is not counted (``liveness.expired_members``)."""
     if not liveness.acquire_slot("scan-brokers", current_config().scan_not_active_broker_interval):
         return []
     expired = liveness.expired_members(now_ms)
@@ -445,23 +454,30 @@ def scan_inactive_brokers(now_ms: int | None = None) -> list[str]:
     for value in expired:
         cluster, name, broker_id = liveness.split_member(value)
         try:
-            on_broker_inactive(cluster, name, broker_id)
+            on_broker_inactive(cluster, name, broker_id, now_ms)
         except Exception:
             log.exception("reacting to inactive broker %s failed", value)
     return expired
 
 
 def scan_inactive_masters(now_ms: int | None = None) -> list[str]:
-    """``scanNeedReelectBrokerSets``: sets whose master is dead while a replica lives, judged at
-    ``now_ms`` (None: Redis's clock, see liveness); the election that follows judges at its own time."""
+    """``scanNeedReelectBrokerSets``: sets whose master is dead while a replica lives, and sets left
+    with no master once an electable replica lives, judged at ``now_ms`` (None: Redis's clock, see
+    liveness), as is the election that follows. Not while the control plane is
+    blind, nor before its hearing record is one heartbeat timeout old: a master missing from the
+    table after a Redis restart is unknown, not dead."""
     if not liveness.acquire_slot("scan-masters", current_config().scan_inactive_master_interval):
         return []
+    hearing = liveness.hearing(now_ms, look=True)
+    if hearing.blind_now or not hearing.warm(liveness.DEFAULT_TIMEOUT_MILLIS):
+        return []
     elected = []
-    with_master = selectors.states(with_master_only=True)
-    live_by_set = liveness.live_infos_many([(s.cluster_name, s.broker_name, s.replica_ids) for s in with_master], now_ms)
-    for state in with_master:
-        if rules.need_reelect(state, live_by_set[state.broker_name]):
-            outcome = on_broker_inactive(state.cluster_name, state.broker_name, None)
+    unclean = current_config().enable_elect_unclean_master
+    every = selectors.states()
+    live_by_set = liveness.live_infos_many([(s.cluster_name, s.broker_name, s.replica_ids) for s in every], now_ms)
+    for state in every:
+        if rules.need_reelect(state, live_by_set[state.broker_name], enable_unclean=unclean):
+            outcome = on_broker_inactive(state.cluster_name, state.broker_name, None, now_ms)
             if outcome is not None and outcome.ok:
                 elected.append(state.broker_name)
     return elected

@@ -720,11 +720,15 @@ def test_clean_that_empties_the_sync_state_set_drops_the_set():
 
 # --- §1.9 scanNeedReelectBrokerSets ---------------------------------------------------------------
 
+MASTERLESS = state(master=None, me=2, sse=2, sset=(1, 2))  # a controller election found nobody
+
 
 @pytest.mark.parametrize(
     "before, lv, expected",
     [
-        pytest.param(state(master=None, me=1, sse=0), live(1, 2), False, id="no-master-no-reelect"),
+        pytest.param(state(master=None, me=1, sse=0), live(1, 2), False, id="no-master-empty-set-no-reelect"),
+        pytest.param(MASTERLESS, live(2, dead=(1,)), True, id="no-master-set-replica-back-reelect"),
+        pytest.param(MASTERLESS, live(3, dead=(1, 2)), False, id="no-master-only-outsider-alive-no-reelect"),
         pytest.param(RUNNING, live(1), False, id="master-alive-no-reelect"),
         pytest.param(RUNNING, live(2, dead=(1,)), True, id="master-dead-replica-alive-reelect"),
         pytest.param(RUNNING, live(3), True, id="master-without-heartbeat-replica-outside-set-alive-reelect"),
@@ -735,3 +739,8 @@ def test_clean_that_empties_the_sync_state_set_drops_the_set():
 )
 def test_need_reelect(before, lv, expected):
     assert need_reelect(before, lv) is expected
+
+
+def test_a_masterless_set_with_only_an_outsider_alive_is_reelected_only_when_unclean_elections_are_allowed():
+    assert not need_reelect(MASTERLESS, live(3, dead=(1, 2)))
+    assert need_reelect(MASTERLESS, live(3, dead=(1, 2)), enable_unclean=True)

@@ -33,6 +33,13 @@ def redis_now_ms() -> int:
     return seconds * 1000 + micros // 1000
 
 
+def hear_for_a_timeout(until_ms: int) -> None:
+    """The scans' looks, every second of the last heartbeat timeout before ``until_ms`` (a control
+    plane that just started does not take a broker missing from its table for dead)."""
+    for t in range(until_ms - liveness.DEFAULT_TIMEOUT_MILLIS, until_ms, 1_000):
+        liveness.hearing(t, look=True)
+
+
 def test_the_inactive_broker_scan_drops_an_expired_master_and_elects():
     # The one scan test on Redis's own clock (the default): it waits for the master's 200 ms to pass.
     config_store.update_config({"scanNotActiveBrokerInterval": 100})
@@ -50,6 +57,7 @@ def test_the_inactive_master_scan_reelects_a_set_whose_master_is_dead_but_a_repl
     make_set("g1", master_timeout=200)
     make_set("g2", master_timeout=60_000)  # healthy: left alone
     now = redis_now_ms()
+    hear_for_a_timeout(now)
     # g1's master last beat 400 ms ago (an injected clock reading): dead for the scan and the election.
     liveness.heartbeat(
         liveness.Beat("c1", "g1", 1, "127.0.0.1:10001", epoch=0, max_offset=10, heartbeat_timeout_millis=200), now_ms=now - 400

@@ -215,10 +215,13 @@ def clean_broker_data(
     return Decision(C.SUCCESS, new_state, extra={"drop_set": False})
 
 
-def need_reelect(state: SyncState, live: Mapping[int, LiveInfo]) -> bool:
-    """``scanNeedReelectBrokerSets``: a master that is not alive while some replica is."""
+def need_reelect(state: SyncState, live: Mapping[int, LiveInfo], *, enable_unclean: bool = False) -> bool:
+    """``scanNeedReelectBrokerSets``: a master that is not alive while some replica is; and (ours) a
+    set left with no master once a replica the election policy would take is alive again, so that it
+    does not wait for a broker's own poll. A set whose election would find nobody is left alone: a
+    controller-triggered election that elects nobody still moves the epoch."""
     if state.master_broker_id is None:
-        return False
+        return elect_policy(state, live, enable_unclean=enable_unclean, preferred=None) is not None
     master = live.get(state.master_broker_id)
     if master is not None and master.alive:
         return False

@@ -1,0 +1,71 @@
+"""The demo, run as a user runs it (``python -m controlplane.launcher demo``), prints no secret: not on
+its stdout, not in any log of any process it starts (web, worker, beat, Spark, brokers, load). The
+secrets are the broker token, the operator's initial password and the audit Spark token; the banner
+names the files that hold them."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from testkit.ports import free_port
+from testkit.procs import Process, python, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def _admin_url() -> str:
+    return os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/postgres"
+
+
+@pytest.fixture
+def database():
+    name = f"demo_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(_admin_url(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield os.environ["DATABASE_URL"].rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(_admin_url(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_the_demo_prints_no_secret_on_stdout_or_in_any_log(tmp_path, database):
+    data = tmp_path / "data"
+    out = tmp_path / "demo.out"
+    env = {
+        **os.environ,
+        "CONTROLPLANE_DATA_DIR": str(data),
+        "DATABASE_URL": database,
+        "REDIS_URL": os.environ["REDIS_URL"],
+        "REDIS_KEY_PREFIX": f"demo-{uuid.uuid4().hex[:6]}:",
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+    }
+    demo = Process("demo", python("-m", "controlplane.launcher", "demo", "--port", str(free_port())), out, env)
+    demo.start()
+    try:
+        wait_until(lambda: demo.check_alive() and "Ctrl-C stops everything" in out.read_text(), 240, "the demo's banner", 0.5)
+        # The brokers register and the load runs a while: every process has written its log.
+        wait_until(lambda: "Replica group" in out.read_text(), 60, "the demo's broker lines", 0.5)
+        secrets = {
+            "broker token": (data / "demo-broker.token").read_text().strip(),
+            "operator password": (data / "operator-password").read_text().strip(),
+        }
+        spark_token = data / "audit-spark.token"
+        if spark_token.exists():
+            secrets["audit Spark token"] = spark_token.read_text().strip()
+        assert all(len(s) >= 16 for s in secrets.values()), "a secret file is empty or short"
+        for path in (data / "demo-broker.token", data / "operator-password"):
+            assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+        written = {out: out.read_text(errors="replace")}
+        for path in Path(data / "logs").rglob("*"):
+            if path.is_file():
+                written[path] = path.read_text(errors="replace")
+        assert len(written) >= 4, sorted(map(str, written))  # stdout, web, worker, beat at least
+        leaks = [f"{what} in {path}" for path, text in written.items() for what, secret in secrets.items() if secret in text]
+        assert leaks == []
+        assert "demo-broker.token" in written[out]  # the banner names the file instead
+    finally:
+        demo.stop()
