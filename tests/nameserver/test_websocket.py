@@ -194,6 +194,33 @@ def test_closing_the_socket_unregisters_the_broker_at_once(broker_token):
     assert liveness.last_heartbeats([liveness.member("c1", M)])[liveness.member("c1", M)] is None
 
 
+def test_a_socket_closed_by_the_servers_own_shutdown_leaves_the_broker_registered(broker_token):
+    # uvicorn closes every socket with 1012 (service restart) when it stops: the broker is not gone,
+    # it reconnects to another web process; liveness judges it as usual.
+    async def scenario():
+        ws = await connected(broker_token)
+        await call(ws, "register", register_body(0, M))
+        await ws.disconnect(code=1012)
+
+    run(scenario)
+    assert BrokerMember.objects.filter(broker_addr=M).exists()
+
+
+def test_a_socket_closing_while_the_nameserver_cannot_hear_most_brokers_is_left_to_expiry(broker_token, api):
+    for i, addr in ((1, S1), (2, S2), (3, "127.0.0.1:10941")):
+        assert api.post("/api/v1/nameserver/brokers/register", register_body(i, addr), format="json").status_code == 200
+        liveness.heartbeat([liveness.member("c1", addr)], now_ms=liveness.HEARING.view().now - 60_000)  # unheard for 60 s
+
+    async def scenario():
+        ws = await connected(broker_token)
+        await call(ws, "register", register_body(0, M))
+        assert (await sync_to_async(liveness.hearing)()).blind_now  # one of four heard: blind
+        await ws.disconnect()
+
+    run(scenario)
+    assert set(BrokerMember.objects.values_list("broker_addr", flat=True)) == {M, S1, S2, "127.0.0.1:10941"}
+
+
 def test_an_old_socket_closing_after_a_reconnect_does_not_unregister(broker_token):
     async def scenario():
         old = await connected(broker_token)
