@@ -128,9 +128,9 @@ def _silent_past(members: Sequence[str], hearing: View) -> list[str]:
 
 
 def expired_members(now_ms: int | None = None) -> list[str]:
-    """Members silent past their timeout, blind time not counted: the scan's look records the blind
-    spans first. A member past its deadline by Redis's clock is only a candidate."""
-    hearing = HEARING.look(now_ms)
+    """Members silent past their timeout, blind time not counted (the scans look first, every beat
+    tick). A member past its deadline by Redis's clock is only a candidate."""
+    hearing = HEARING.view(now_ms)
     _, d, _ = _keys()
     candidates = list(sync_client().eval(_EXPIRED, 1, d, clock_arg(hearing.now)))
     return _silent_past(candidates, hearing) if candidates else []
@@ -140,9 +140,9 @@ def is_expired(value: str, now_ms: int | None = None) -> bool:
     return bool(_silent_past([value], HEARING.view(now_ms)))
 
 
-def hearing(now_ms: int | None = None) -> View:
-    """The nameserver's hearing now (the dashboard shows it)."""
-    return HEARING.view(now_ms)
+def hearing(now_ms: int | None = None, *, look: bool = False) -> View:
+    """The nameserver's hearing now; ``look``: record it (a scan's look, before its judgements)."""
+    return HEARING.look(now_ms) if look else HEARING.view(now_ms)
 
 
 def last_heartbeats(members: Sequence[str]) -> dict[str, tuple[int, int] | None]:

@@ -203,6 +203,7 @@ def scan_not_active_brokers(now_ms: int | None = None) -> list[UnregisterResult]
     ``scanNotActiveBrokerInterval`` however many beats and workers run. ``now_ms``: the instant
     expiry is judged at (None: Redis's clock, see liveness).
     """
+    liveness.hearing(now_ms, look=True)  # every beat tick, whatever the interval: the blindness guard's record
     if not liveness.acquire_scan_slot(current_config().scan_not_active_broker_interval):
         return []
     removed = []

@@ -188,9 +188,9 @@ def forget(members: Iterable[str]) -> None:
 
 
 def expired_members(now_ms: int | None = None) -> list[str]:
-    """Members silent past their timeout, blind time not counted: the scan's look records the blind
-    spans first. A member past its deadline by Redis's clock is only a candidate."""
-    hearing = HEARING.look(now_ms)
+    """Members silent past their timeout, blind time not counted (the scans look first, every beat
+    tick). A member past its deadline by Redis's clock is only a candidate."""
+    hearing = HEARING.view(now_ms)
     candidates = list(sync_client().eval(_EXPIRED, 1, _keys()[0], clock_arg(hearing.now)))
     if not candidates:
         return []

@@ -447,6 +447,7 @@ def scan_inactive_brokers(now_ms: int | None = None) -> list[str]:
     """``scanNotActiveBroker`` of the controller: drop expired heartbeat entries and react.
     ``now_ms``: the instant expiry is judged at (None: Redis's clock, see liveness); time the control
     plane could not hear is not counted (``liveness.expired_members``)."""
+    liveness.hearing(now_ms, look=True)  # every beat tick, whatever the interval: the blindness guard's record
     if not liveness.acquire_slot("scan-brokers", current_config().scan_not_active_broker_interval):
         return []
     expired = liveness.expired_members(now_ms)
@@ -466,9 +467,9 @@ def scan_inactive_masters(now_ms: int | None = None) -> list[str]:
     liveness), as is the election that follows. Not while the control plane is
     blind, nor before its hearing record is one heartbeat timeout old: a master missing from the
     table after a Redis restart is unknown, not dead."""
+    hearing = liveness.hearing(now_ms, look=True)
     if not liveness.acquire_slot("scan-masters", current_config().scan_inactive_master_interval):
         return []
-    hearing = liveness.hearing(now_ms, look=True)
     if hearing.blind_now or not hearing.warm(liveness.DEFAULT_TIMEOUT_MILLIS):
         return []
     elected = []
