@@ -202,8 +202,11 @@ class SyncStateDataView(APIView):
         s.is_valid(raise_exception=True)
         caller_of(request).check(broker_sets=s.validated_data["brokerNames"])
         out = {}
-        for state in selectors.states(s.validated_data["brokerNames"]):
-            live = liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids)
+        states = selectors.states(s.validated_data["brokerNames"])
+        # One Redis round trip and one hearing view for every set asked for.
+        live_by_set = liveness.live_infos_many([(st.cluster_name, st.broker_name, st.replica_ids) for st in states])
+        for state in states:
+            live = live_by_set[state.broker_name]
 
             def identity(r, state=state, live=live):
                 return {
