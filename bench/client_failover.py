@@ -63,8 +63,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import percentile  # noqa: E402
+from chaos.client_load import ClientKill9, ClientSigStop, drain, group_whole, longest_quiet  # noqa: E402
 from chaos.consumers import longest_stall  # noqa: E402
-from chaos.faults import RECOVERY_TIMEOUT_S, FaultRecord, Kill9, SigStop  # noqa: E402
+from chaos.faults import RECOVERY_TIMEOUT_S, FaultRecord  # noqa: E402
 from chaos.harness import TOPIC, Harness  # noqa: E402
 from chaos.official_client import EventLog, client_process  # noqa: E402
 from chaos.replicas import GroupSettings  # noqa: E402
@@ -78,41 +79,6 @@ WHOLE_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 60.0
 SEND_GAP_MEDIAN_GOAL_S = 0.5
 SEND_GAP_P99_GOAL_S = 1.0
-
-
-# --- faults: chaos/faults.py's, with the official client as the load ---------------------------------------
-
-
-class ClientSide:
-    """What a chaos/faults.py fault needs changed when the load is the official client's processes
-    (an EventLog stands for chaos.workload.Producer): the send gaps are measured afterwards from the
-    client's events, and the heal's start and end are kept (wall clock) to name phases."""
-
-    heal_started: float | None = None
-    healed: float | None = None
-
-    def _longest_gap(self) -> float | None:
-        return None
-
-    def heal(self) -> None:
-        self.heal_started = time.time()
-        try:
-            super().heal()
-        finally:
-            self.healed = time.time()
-
-
-class ClientKill9(ClientSide, Kill9):
-    pass
-
-
-class ClientSigStop(ClientSide, SigStop):
-    resumed: float | None = None
-
-    def _probe_deposed(self) -> None:
-        """SigStop.recover calls this right after SIGCONT: that moment is kept. The deposed master is
-        not probed with raw stubs here; the load is the client's alone."""
-        self.resumed = time.time()
 
 
 # --- one trial -------------------------------------------------------------------------------------------
@@ -193,11 +159,6 @@ def recovered_at(fault: ClientKill9 | ClientSigStop) -> float:
     return r.at_wall + (max(known) if known else RECOVERY_TIMEOUT_S)
 
 
-def group_whole(h: Harness) -> bool:
-    master = h.master_node()
-    return master is not None and all(h.in_sync(n) for n in h.nodes if n is not master)
-
-
 def run_trials(h: Harness, producer: EventLog, clients: list[Process], args, trials: list[Trial]) -> None:
     plan = [("kill9", args.kills), ("sigstop", args.stops)]
     for kind, count in plan:
@@ -222,13 +183,6 @@ def run_trials(h: Harness, producer: EventLog, clients: list[Process], args, tri
 
 
 # --- figures (pure) --------------------------------------------------------------------------------------
-
-
-def longest_quiet(times: list[float], start: float, end: float) -> tuple[float, float]:
-    """(the longest time within [start, end] without an event, when it began); ``times`` sorted."""
-    lo, hi = bisect.bisect_right(times, start), bisect.bisect_left(times, end)
-    marks = [start, *times[lo:hi], end]
-    return max(((b - a, a) for a, b in zip(marks, marks[1:], strict=False)), default=(0.0, start))
 
 
 def error_kind(text: str) -> str:
@@ -372,23 +326,6 @@ def goals(s: dict, heartbeat_timeout_ms: int) -> dict[str, bool | None]:
 
 
 # --- the run ---------------------------------------------------------------------------------------------
-
-
-def drain(producer: EventLog, consumer: EventLog, timeout_s: float) -> float | None:
-    """Wait until every acknowledged id was delivered; the seconds that took, None on timeout."""
-    acked = {e["id"] for e in producer.of("ack")}
-    try:
-        return round(
-            wait_until(
-                lambda: acked <= {e["id"] for e in consumer.of("delivery")},
-                timeout_s,
-                "every acknowledged message delivered",
-                0.5,
-            ),
-            3,
-        )
-    except TimeoutError:
-        return None
 
 
 def main() -> int:

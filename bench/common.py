@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from chaos.checks import percentile  # noqa: F401 - the benchmarks import it from here
 from testkit.controlplane import clear_redis_prefix, running_web
 from testkit.controlplane import fresh_database as prepare_database
 from testkit.controlplane import standalone_env as bench_env
@@ -49,13 +50,6 @@ def paced(call, start_wall: float, stop_wall: float, rate: float) -> list[float]
         k += 1
         next_at += 1 / rate
     return latencies
-
-
-def percentile(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
 
 
 def process_cpu_s(pid: int | None) -> float | None:

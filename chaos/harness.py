@@ -1,6 +1,11 @@
 """A running test bed: the control plane, one replica group of broker processes, a topic, and the
 observer. Knows who the master is, whether a replica is back in sync, and stops everything it
-started (in reverse order), also after an error or Ctrl-C."""
+started (in reverse order), also after an error or Ctrl-C.
+
+With a ``network`` (testkit.netns.Network), every broker runs on a host of its own (``n1``, ``n2``,
+...: a network namespace) and the control plane on the root-namespace host ``cp``, so that
+chaos/partition.py can cut real network paths between them; the test process stays the observer
+and the client, reaching every host. The network's owner closes it after :meth:`Harness.stop`."""
 
 from __future__ import annotations
 
@@ -10,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from testkit.controlplane import ControlPlane
+from testkit.controlplane import ControlPlane, ScaledControlPlane
+from testkit.netns import Host, Network
 from testkit.procs import wait_until
 
 from .api import ControlPlaneApi
@@ -24,15 +30,38 @@ READY_TIMEOUT_S = 90.0
 
 class Harness:
     def __init__(
-        self, settings: GroupSettings, run_dir: Path, env: dict[str, str], *, scan_interval_ms: int = 1000, verbose: bool = True
+        self,
+        settings: GroupSettings,
+        run_dir: Path,
+        env: dict[str, str],
+        *,
+        scan_interval_ms: int = 1000,
+        verbose: bool = True,
+        controlplane: ControlPlane | ScaledControlPlane | None = None,
+        network: Network | None = None,
     ):
+        """``controlplane``: one its caller started and stops (e.g. several web processes behind a
+        balancer); by default the harness starts and stops a ControlPlane of its own. ``network``:
+        place the brokers and the control plane on hosts of it (see the module docstring; a
+        ``controlplane`` of the caller's must then serve at the network's host ``cp``)."""
         self.settings = settings
         self.run_dir = run_dir
-        self.env = env
         self.scan_interval_ms = scan_interval_ms
         self.verbose = verbose
-        self.controlplane = ControlPlane(env, run_dir / "logs")
-        self.nodes = [BrokerNode(i, run_dir, env) for i in range(1, settings.replicas + 1)]
+        self.network = network
+        self.controlplane_host: Host | None = None
+        cp_ip = "127.0.0.1"
+        if network is not None:
+            self.controlplane_host = network.hosts.get("cp") or network.root_host("cp")
+            cp_ip = self.controlplane_host.ip
+            # the brokers' requests and websockets name it as their Host and Origin
+            env = env | {"DJANGO_ALLOWED_HOSTS": f"{env.get('DJANGO_ALLOWED_HOSTS', '127.0.0.1,localhost')},{cp_ip}"}
+        self.env = env
+        self.owns_controlplane = controlplane is None
+        self.controlplane = controlplane or ControlPlane(env, run_dir / "logs", host=cp_ip)
+        self.nodes = [
+            BrokerNode(i, run_dir, env, network.host(f"n{i}") if network else None) for i in range(1, settings.replicas + 1)
+        ]
         self.api: ControlPlaneApi | None = None
         self.monitor: Monitor | None = None
         self.started_at = time.monotonic()
@@ -57,7 +86,8 @@ class Harness:
         """Control plane, tokens, controller settings, the master, then the slaves (``before_slaves``
         is called with the master node first, e.g. to put a proxy in front of it), then the topic."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.controlplane.start()
+        if self.owns_controlplane:
+            self.controlplane.start()
         self.note(f"control plane up at {self.controlplane.url} (logs in {self.run_dir / 'logs'})")
         tag = secrets.token_hex(3)
         self.broker_token = self.controlplane.issue_token(f"chaos-broker-{tag}", "broker")
@@ -108,9 +138,13 @@ class Harness:
 
     def stop(self) -> None:
         """Everything this harness started, each by its own process id; safe to call twice."""
-        steps = [(n.name, n.process.stop) for n in self.nodes] + [
-            (p.name, p.stop) for p in (self.controlplane.beat, self.controlplane.worker, self.controlplane.web)
-        ]
+        try:  # the slaves first, so that no election runs while the group shuts down
+            master = self.master_node() if self.api is not None else None
+        except Exception:
+            master = None
+        steps = [(n.name, n.process.stop) for n in sorted(self.nodes, key=lambda n: n is master)]
+        if self.owns_controlplane:
+            steps += [(p.name, p.stop) for p in (self.controlplane.beat, self.controlplane.worker, self.controlplane.web)]
         if self.monitor is not None:
             steps.insert(0, ("monitor", self.monitor.stop))
         for name, stop in steps:

@@ -240,6 +240,11 @@ class EventLog:
         with self._lock:
             return [e for e in self.events if e["kind"] in kinds]
 
+    def acks_snapshot(self) -> dict[str, Ack]:
+        """chaos.workload.Producer's other question (chaos/faults.py's CutHaLink counts the acks of
+        a window): every acknowledged id, stamped in time.monotonic()."""
+        return {e["id"]: Ack(CLIENT_NODE, -1, e["t"] - self._wall_minus_monotonic) for e in self.of("ack")}
+
     def first_ack_after(self, t: float, exclude_node: str | None = None) -> Ack | None:
         """chaos.workload.Producer's question for chaos/faults.py: the first send acknowledged after
         ``t`` (time.monotonic()). The client does not say which broker answered, so ``exclude_node``

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brokers.ha.epoch import EPOCH_FILE_NAME, EpochEntry, EpochFileCorrupt, parse_checkpoint
-from testkit.brokers import BrokerPorts, broker_keys, broker_process, write_broker_conf
+from testkit.brokers import BrokerPorts, broker_argv, broker_keys, broker_process, write_broker_conf
+from testkit.netns import Host
 
 CLUSTER = "chaos"
 GROUP = "chaos-a"
@@ -41,28 +42,34 @@ class GroupSettings:
 
 
 class BrokerNode:
-    """One replica: a fixed name (n1, n2, ...), fixed ports and store folder across restarts."""
+    """One replica: a fixed name (n1, n2, ...), fixed ports and store folder across restarts. With a
+    ``host`` (testkit.netns), it runs in that host's network namespace and binds and advertises the
+    host's address (brokerIP1) instead of 127.0.0.1."""
 
-    def __init__(self, index: int, run_dir: Path, env: dict[str, str]):
+    def __init__(self, index: int, run_dir: Path, env: dict[str, str], host: Host | None = None):
         self.index = index
         self.name = f"n{index}"
+        self.host = host
+        self.ip = host.ip if host else "127.0.0.1"
         self.root = run_dir / "brokers" / self.name
         self.ports = BrokerPorts.reserve()
         self.listen_port, self.ha_port, self.grpc_port = self.ports.listen, self.ports.ha, self.ports.grpc
         self.conf = self.root / "broker.conf"
-        self.process = broker_process(f"broker-{self.name}", self.conf, run_dir / "logs" / f"broker-{self.name}.log", env)
+        log = run_dir / "logs" / f"broker-{self.name}.log"
+        name = f"broker-{self.name}"
+        self.process = host.process(name, broker_argv(self.conf), log, env) if host else broker_process(name, self.conf, log, env)
 
     @property
     def addr(self) -> str:
-        return f"127.0.0.1:{self.listen_port}"
+        return f"{self.ip}:{self.listen_port}"
 
     @property
     def grpc_addr(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.ip}:{self.grpc_port}"
 
     @property
     def ha_addr(self) -> str:
-        return f"127.0.0.1:{self.ha_port}"
+        return f"{self.ip}:{self.ha_port}"
 
     def configure(self, settings: GroupSettings, control_plane_url: str, token: str, master_ha_addr: str | None = None) -> None:
         s = settings
@@ -73,7 +80,7 @@ class BrokerNode:
             control_plane_url,
             cluster=CLUSTER,
             token=token,
-            brokerIP1="127.0.0.1",
+            brokerIP1=self.ip,
             mappedFileSizeCommitLog=s.segment_bytes,
             brokerHeartbeatInterval=s.heartbeat_interval_ms,
             brokerNotActiveTimeoutMillis=s.heartbeat_timeout_ms,

@@ -39,3 +39,10 @@ class ResponseCode(IntEnum):
     # mapping change planned against an older epoch, and a move of a queue whose last move is undecided.
     LOGIC_QUEUE_MAPPING_FENCED_EPOCH = 2100
     LOGIC_QUEUE_MIGRATING = 2101
+
+
+# Broker websocket close codes both ends know (docs/websocket.md). A broker resetting its link (a call
+# timed out, e.g. right after a partition healed) and reconnecting at once closes with this: it is not
+# gone, so the control plane's close hooks do not run. A broker that stops closes with 1000/1001; one
+# that dies sends no close frame (1006).
+CLOSE_BROKER_RECONNECTING = 4000

@@ -47,6 +47,7 @@ def async_client() -> aioredis.Redis:
             socket_connect_timeout=5,
             max_connections=64,
             timeout=10,
+            retry=settings.REDIS_ASYNC_RETRY,
         )
         client = aioredis.Redis(connection_pool=pool)
         _async_clients[loop] = client

@@ -13,6 +13,9 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("CONTROLPLANE_DATA_DIR", BASE_DIR / ".data"))
@@ -118,19 +121,35 @@ REDIS_KEY_PREFIX = os.environ.get("REDIS_KEY_PREFIX", "rmqha:")
 HEARING_GRACE_MILLIS = int(os.environ.get("HEARING_GRACE_MILLIS", "1500"))
 HEARING_MAX_GAP_MILLIS = int(os.environ.get("HEARING_MAX_GAP_MILLIS", "5000"))
 
+# After a Redis restart every pooled connection is dead. redis-py retries a command that meets one on
+# a fresh connection only in the clients it builds itself; the asyncio pools built by hand (ours in
+# controlplane.redis, the channel layer's) get this policy, or each dead connection fails one command:
+# a broker's heartbeat refused, a push lost. Connection errors only: a timeout is not retried.
+REDIS_ASYNC_RETRY = Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.01), 3, (RedisConnectionError,))
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
             # redis-py 8 defaults to a 5 s socket timeout, which equals channels-redis's 5 s BRPOP:
             # any latency then kills the consumer's receive loop. Give reads room beyond the BRPOP.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5}],
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30, "socket_connect_timeout": 5, "retry": REDIS_ASYNC_RETRY}],
             "prefix": REDIS_KEY_PREFIX + "asgi",
             "capacity": 1000,
             "expiry": 30,
         },
     }
 }
+
+# What one peer of a websocket may cost (docs/websocket.md "Limits", docs/dashboard.md): a broker
+# socket's largest frame (the REST body limit below; the server itself, uvicorn's --ws-max-size, closes
+# the socket with 1009 beyond 16 MiB) and its frame budget (a token bucket: the burst, then the rate;
+# a broker sends a few frames a second); a dashboard socket whose page reads nothing for this long is
+# closed with 1013 (its pending updates are dropped; the page reconnects).
+BROKER_WS_MAX_FRAME_BYTES = int(os.environ.get("BROKER_WS_MAX_FRAME_BYTES", "2621440"))
+BROKER_WS_FRAMES_PER_SECOND = float(os.environ.get("BROKER_WS_FRAMES_PER_SECOND", "100"))
+BROKER_WS_FRAME_BURST = int(os.environ.get("BROKER_WS_FRAME_BURST", "200"))
+DASHBOARD_WS_STALL_SECONDS = float(os.environ.get("DASHBOARD_WS_STALL_SECONDS", "10"))
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None

@@ -6,10 +6,16 @@ registry of frame handlers. Each app registers the frames it handles when it is 
 ``controlplane.controller.frames``, ``audits.frames``) and, if it binds brokers to the socket, a hook
 for when the socket closes (``on_close``).
 
-Frames are JSON objects ``{"type": str, "seq": int, "payload": object}`` (docs/websocket.md).
-Every request frame gets exactly one reply: ``<type>_result`` with the same ``seq``, or ``error``
-with the same ``seq``. A frame type nobody registered gets an error frame; the socket stays open.
-Pushes from the control plane carry their own increasing ``seq``.
+Frames are JSON objects ``{"type": str, "seq": int, "payload": object}`` in text frames
+(docs/websocket.md). Every request frame gets exactly one reply: ``<type>_result`` with the same
+``seq``, or ``error`` with the same ``seq``. A frame type nobody registered gets an error frame; the
+socket stays open. Pushes from the control plane carry their own increasing ``seq``.
+
+A peer is held to limits (docs/websocket.md, "Limits"): a frame over ``BROKER_WS_MAX_FRAME_BYTES``
+is refused unparsed, and a socket sending more than its frame budget (a token bucket,
+``BROKER_WS_FRAMES_PER_SECOND`` and ``BROKER_WS_FRAME_BURST``) has the excess answered with 2
+SYSTEM_BUSY and is read no faster than the budget refills: its work stays bounded, and the other
+sockets of the process are heard as before.
 
 Handlers that hit Redis for every frame submit to a ``Coalescer`` (``coalescer(kind, flush)``): the
 calls of all sockets of this process go together, one Redis call per round trip.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import parse_qs
@@ -27,23 +34,57 @@ from urllib.parse import parse_qs
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from rest_framework.exceptions import ValidationError
 
 from controlplane.auth import Caller, TokenPrincipal, bearer_token, principal_for
+from controlplane.codes import CLOSE_BROKER_RECONNECTING
 from controlplane.errors import ApiError, ResponseCode, error_body
-from controlplane.validation import Invalid, RefusedValues, parse_json
+from controlplane.validation import LONG_MAX, Invalid, RefusedValues, parse_json
 
 log = logging.getLogger(__name__)
 
 # Close codes (4000-4999 are the application's): the handshake is refused before accept for these.
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_SERVER_RESTART = 1012  # RFC 6455 "service restart": what uvicorn sends its sockets on shutdown
+# What the server's websocket layer closes a peer's socket with, before the app sees the frame: text
+# that is not UTF-8, a frame over uvicorn's --ws-max-size (16 MiB by default).
+PROTOCOL_CLOSES = {1007: "a text frame that is not UTF-8", 1009: "a frame over the server's --ws-max-size"}
+
+
+SEQ_RULE = f"required: an integer from 0 to {LONG_MAX}"
+SHOWN_TYPE_CHARS = 64  # an unknown frame type is echoed this far: an error never repeats a peer's megabyte
 
 
 class FrameError(Exception):
-    def __init__(self, code: ResponseCode, detail: str, fields: dict | None = None):
+    """An error frame's content; ``seq``: the refused frame's, when the frame could not be read whole."""
+
+    def __init__(self, code: ResponseCode, detail: str, fields: dict | None = None, *, seq: int | None = None):
         super().__init__(detail)
-        self.code, self.detail, self.fields = code, detail, fields
+        self.code, self.detail, self.fields, self.seq = code, detail, fields, seq
+
+
+class FrameBudget:
+    """A token bucket of request frames for one socket: ``burst`` at once, then ``rate_per_s``. A real
+    broker sends a few frames a second (heartbeats, polls, a registration every 30 s and one per topic
+    change), so the budget only ever holds back a peer that floods. ``now`` is passed in: no clock."""
+
+    def __init__(self, rate_per_s: float, burst: int, now: float) -> None:
+        self.rate_per_s, self.burst = rate_per_s, burst
+        self.tokens, self.at = float(burst), now
+
+    def take(self, now: float) -> bool:
+        """One frame's token, if there is one."""
+        self.tokens = min(float(self.burst), self.tokens + (now - self.at) * self.rate_per_s)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+    def refill_s(self) -> float:
+        """Seconds until the next token."""
+        return max(0.0, (1.0 - self.tokens) / self.rate_per_s)
 
 
 # --- the registry ----------------------------------------------------------------------------------
@@ -147,6 +188,49 @@ def coalescer(kind: str, flush: Callable[[list], Awaitable[list]]) -> Coalescer:
     return found
 
 
+# --- the frame format ------------------------------------------------------------------------------
+
+
+def _parse_frame(text_data: str | None) -> tuple[int, object, dict]:
+    """``seq``, ``type`` and ``payload`` of a request frame (``text_data`` None: a binary frame), or
+    ``FrameError`` (29 INVALID_PARAMETER) carrying the ``seq`` when it could be read. A frame over the
+    size limit is refused before it is parsed: parsing megabytes would hold up every socket of this
+    event loop."""
+    if text_data is None:
+        raise FrameError(ResponseCode.INVALID_PARAMETER, "binary frame: frames are JSON in text frames")
+    limit = settings.BROKER_WS_MAX_FRAME_BYTES
+    if _utf8_length_over(text_data, limit):
+        raise FrameError(ResponseCode.INVALID_PARAMETER, f"frame over {limit} bytes (BROKER_WS_MAX_FRAME_BYTES): not read")
+    try:
+        frame = parse_json(text_data)
+    except Invalid as exc:  # the REST bodies' rule: not JSON, too deep, NaN, NUL, lone surrogates
+        fields, seq = exc.fields, None
+        if isinstance(exc, RefusedValues) and isinstance(exc.value, dict) and isinstance(fields, dict):
+            if "seq" not in fields and _is_seq(exc.value.get("seq")):
+                seq = exc.value["seq"]
+            fields = fields["payload"] if set(fields) == {"payload"} else fields  # the payload's fields
+        raise FrameError(ResponseCode.INVALID_PARAMETER, "invalid frame", fields, seq=seq) from None
+    if not isinstance(frame, dict):
+        raise FrameError(ResponseCode.INVALID_PARAMETER, "frame must be a JSON object")
+    seq = frame.get("seq")
+    if not _is_seq(seq):
+        raise FrameError(ResponseCode.INVALID_PARAMETER, "invalid frame", {"seq": [SEQ_RULE]})
+    payload = frame.get("payload") or {}
+    if not isinstance(payload, dict):
+        raise FrameError(ResponseCode.INVALID_PARAMETER, "payload must be a JSON object", seq=seq)
+    return seq, frame.get("type"), payload
+
+
+def _utf8_length_over(text: str, limit: int) -> bool:
+    if len(text) > limit:
+        return True
+    return len(text) * 4 > limit and len(text.encode("utf-8", "surrogatepass")) > limit  # short text: no copy
+
+
+def _is_seq(value: object) -> bool:
+    return type(value) is int and 0 <= value <= LONG_MAX
+
+
 # --- the consumer ----------------------------------------------------------------------------------
 
 
@@ -177,6 +261,7 @@ class BrokerConsumer(AsyncWebsocketConsumer):
         self._bound: dict[str, set[str]] = {}
         self._own_broker_sets: set[str] = set()  # found in the token's cluster (check_binding, remember)
         self.push_seq = 0
+        self.frame_budget = FrameBudget(settings.BROKER_WS_FRAMES_PER_SECOND, settings.BROKER_WS_FRAME_BURST, time.monotonic())
         await self.accept()
 
     def _token(self) -> str | None:
@@ -217,30 +302,24 @@ class BrokerConsumer(AsyncWebsocketConsumer):
     # --- frames --------------------------------------------------------------------------------
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
+        within_budget = self.frame_budget.take(time.monotonic())
         seq = None
         try:
-            try:
-                frame = parse_json(text_data if text_data is not None else bytes_data or b"")
-            except Invalid as exc:  # the REST bodies' rule: not JSON, too deep, NaN, NUL, lone surrogates
-                fields = exc.fields
-                if isinstance(exc, RefusedValues) and isinstance(exc.value, dict) and isinstance(fields, dict):
-                    seq = exc.value.get("seq") if "seq" not in fields else None
-                    fields = fields["payload"] if set(fields) == {"payload"} else fields  # the payload's fields
-                raise FrameError(ResponseCode.INVALID_PARAMETER, "invalid frame", fields) from None
-            if not isinstance(frame, dict):
-                raise FrameError(ResponseCode.INVALID_PARAMETER, "frame must be a JSON object")
-            seq = frame.get("seq")
-            kind = frame.get("type")
-            payload = frame.get("payload") or {}
-            if not isinstance(payload, dict):
-                raise FrameError(ResponseCode.INVALID_PARAMETER, "payload must be a JSON object")
+            seq, kind, payload = _parse_frame(text_data)
+            if not within_budget:
+                raise FrameError(
+                    ResponseCode.SYSTEM_BUSY,
+                    f"more than {settings.BROKER_WS_FRAMES_PER_SECOND:g} frames a second on this socket "
+                    f"(a burst of {settings.BROKER_WS_FRAME_BURST}): frame refused, slow down",
+                )
             handler = _handlers.get(kind) if isinstance(kind, str) else None
             if handler is None:
-                raise FrameError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"unknown frame type {kind!r}")
+                shown = kind[:SHOWN_TYPE_CHARS] + "…" if isinstance(kind, str) and len(kind) > SHOWN_TYPE_CHARS else kind
+                raise FrameError(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"unknown frame type {shown!r}")
             result = await handler(self, payload)
             await self._send_frame({"type": f"{kind}_result", "seq": seq, "payload": result})
         except FrameError as exc:
-            await self._send_error(seq, exc.code, exc.detail, exc.fields)
+            await self._send_error(seq if seq is not None else exc.seq, exc.code, exc.detail, exc.fields)
         except ApiError as exc:
             await self._send_error(seq, exc.rocketmq_code, str(exc.detail), exc.extra or None)
         except Invalid as exc:
@@ -250,6 +329,10 @@ class BrokerConsumer(AsyncWebsocketConsumer):
         except Exception:
             log.exception("broker frame failed")
             await self._send_error(seq, ResponseCode.SYSTEM_ERROR, "internal error; see the server log")
+        if not within_budget:
+            # Back-pressure: this socket is not read again before its next token. The frames it sent
+            # meanwhile wait in its TCP buffers (the server reads no further), not in this process.
+            await asyncio.sleep(self.frame_budget.refill_s())
 
     async def _send_error(self, seq, code: ResponseCode, detail: str, fields=None) -> None:
         body = error_body(code, detail, **({"fields": fields} if fields else {}))
@@ -273,10 +356,13 @@ class BrokerConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if not hasattr(self, "_bound"):  # refused at the handshake
             return
-        if code == CLOSE_SERVER_RESTART:
-            # This process is shutting down, not the broker: it reconnects to another web process
-            # and beats on; liveness judges it as usual (the blindness guard, docs/failover.md).
-            log.info("server shutdown: the close hooks do not run for this broker socket")
+        if code in PROTOCOL_CLOSES:
+            log.warning("a broker socket was closed with %s: %s", code, PROTOCOL_CLOSES[code])
+        if code in (CLOSE_SERVER_RESTART, CLOSE_BROKER_RECONNECTING):
+            # This process is shutting down, or the broker resets its link, not the broker stopping:
+            # it reconnects and beats on; liveness judges it as usual (the blindness guard,
+            # docs/failover.md).
+            log.info("close %s: the close hooks do not run for this broker socket", code)
             return
         for hook in list(_close_hooks):
             try:

@@ -28,6 +28,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from controlplane.redis import async_client, key, sync_client
 
@@ -275,8 +276,18 @@ def _publisher() -> _StatePublisher:
     return publisher
 
 
+CLOSE_TRY_AGAIN_LATER = 1013  # RFC 6455: a page that read nothing for DASHBOARD_WS_STALL_SECONDS
+
+
 class DashboardConsumer(AsyncWebsocketConsumer):
-    """One per open page; a logged-in user only. Messages in: {"subscribe": "<brokerName>" | "*"}."""
+    """One per open page; a logged-in user only. Messages in: {"subscribe": "<brokerName>" | "*"}.
+
+    A page that reads slowly costs a bounded amount: updates wait in an outbox holding the latest per
+    (kind, replica group), which a writer task sends one at a time, so the consumer itself never waits
+    on the page and the channel layer never queues for it. A page whose socket takes nothing for
+    ``DASHBOARD_WS_STALL_SECONDS`` (the server's send buffer stays full) leaves its groups, loses its
+    pending updates and is closed with 1013; its script reconnects. This leans on the ASGI server's
+    flow control (uvicorn's send waits while the peer's buffer is full)."""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -284,7 +295,11 @@ class DashboardConsumer(AsyncWebsocketConsumer):
             await self.close(code=4401)
             return
         self.groups_joined: set[str] = set()
+        self.outbox: dict[tuple[str, str], dict] = {}
+        self.outbox_filled = asyncio.Event()
+        self.stalled = False
         await self.accept()
+        self.writer = asyncio.get_running_loop().create_task(self._write())
         _publisher().attach()
         self.attached = True
 
@@ -292,10 +307,19 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         if getattr(self, "attached", False):
             self.attached = False
             _publisher().detach()
+        writer = getattr(self, "writer", None)
+        if writer is not None:
+            writer.cancel()
+        await self._leave_groups()
+
+    async def _leave_groups(self) -> None:
         for g in getattr(self, "groups_joined", set()):
             await self.channel_layer.group_discard(g, self.channel_name)
+        self.groups_joined = set()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
+        if self.stalled:
+            return
         try:
             target = json.loads(text_data or "{}").get("subscribe")
         except (ValueError, AttributeError):
@@ -310,4 +334,40 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         await self.send(json.dumps({"type": "subscribed", "to": target}))
 
     async def dashboard_update(self, event: dict) -> None:
-        await self.send(json.dumps(event["message"], default=str))
+        if self.stalled:
+            return
+        message = event["message"]
+        key = (message["kind"], message["brokerName"])
+        self.outbox[key] = _merge(self.outbox.get(key), message)
+        self.outbox_filled.set()
+
+    async def _write(self) -> None:
+        """The outbox to the page, oldest group first, one send at a time."""
+        stall_s = settings.DASHBOARD_WS_STALL_SECONDS
+        try:
+            while True:
+                await self.outbox_filled.wait()
+                self.outbox_filled.clear()
+                while self.outbox:
+                    message = self.outbox.pop(next(iter(self.outbox)))
+                    try:
+                        await asyncio.wait_for(self.send(json.dumps(message, default=str)), stall_s)
+                    except TimeoutError:
+                        await self._give_up(stall_s)
+                        return
+        except OSError:  # uvicorn's ClientDisconnected: the page is gone; its disconnect cleans up
+            return
+
+    async def _give_up(self, stall_s: float) -> None:
+        self.stalled = True
+        dropped = len(self.outbox) + 1
+        self.outbox.clear()
+        await self._leave_groups()
+        log.warning(
+            "a dashboard socket took nothing for %g s: %d pending updates dropped, no more sent, closed with %d",
+            stall_s,
+            dropped,
+            CLOSE_TRY_AGAIN_LATER,
+        )
+        # The close frame goes out behind what the server still buffers: the page sees it once it reads.
+        await self.close(code=CLOSE_TRY_AGAIN_LATER)

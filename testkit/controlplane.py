@@ -12,23 +12,31 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .balancer import Balancer
 from .ports import free_port
-from .procs import ROOT, Process, python, stop_all, wait_until
+from .procs import ROOT, Process, http_ok, python, stop_all, wait_until
 
 CELERY_APP = "controlplane.celery"
 START_TIMEOUT_S = 60.0
 
 
 def uvicorn_argv(
-    port: int, *, workers: int = 1, ws: str = "websockets-sansio", fast: bool = False, log_level: str | None = None
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    workers: int = 1,
+    ws: str = "websockets-sansio",
+    fast: bool = False,
+    log_level: str | None = None,
 ) -> list[str]:
-    """uvicorn serving the ASGI app on 127.0.0.1; ``fast``: uvloop + httptools (the demo, benchmarks)."""
+    """uvicorn serving the ASGI app on ``host`` (e.g. a test network's address, testkit.netns);
+    ``fast``: uvloop + httptools (the demo, benchmarks)."""
     argv = python(
         "-m",
         "uvicorn",
         "controlplane.asgi:application",
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
         str(port),
         "--ws",
@@ -62,17 +70,19 @@ class ControlPlane:
     """uvicorn + a Celery worker + Celery beat against ``env``'s database and Redis, logs under
     ``log_dir``. The web server keeps its port across restarts, so brokers reconnect to the same URL."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, port: int | None = None, *, tag: str = ""):
-        """``tag``: appended to the log and beat-schedule file names (several control planes, one folder)."""
+    def __init__(self, env: dict[str, str], log_dir: Path, port: int | None = None, *, tag: str = "", host: str = "127.0.0.1"):
+        """``tag``: appended to the process names and to the log and beat-schedule file names (several
+        control planes, one folder). ``host``: the address uvicorn binds and ``url`` names (it must be
+        in ``env``'s DJANGO_ALLOWED_HOSTS)."""
         self.env = env
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self.beat_schedule = log_dir / f"celerybeat-schedule{tag}"
-        self.web = Process("uvicorn", uvicorn_argv(self.port), log_dir / f"uvicorn{tag}.log", env)
+        self.web = Process(f"uvicorn{tag}", uvicorn_argv(self.port, host=host), log_dir / f"uvicorn{tag}.log", env)
         self.worker = Process(
-            "celery-worker", celery_worker_argv(), log_dir / f"celery-worker{tag}.log", env, term_leader_only=True
+            f"celery-worker{tag}", celery_worker_argv(), log_dir / f"celery-worker{tag}.log", env, term_leader_only=True
         )
-        self.beat = Process("celery-beat", celery_beat_argv(self.beat_schedule), log_dir / f"celery-beat{tag}.log", env)
+        self.beat = Process(f"celery-beat{tag}", celery_beat_argv(self.beat_schedule), log_dir / f"celery-beat{tag}.log", env)
 
     @property
     def processes(self) -> list[Process]:
@@ -90,15 +100,23 @@ class ControlPlane:
     def start_celery(self, timeout_s: float = START_TIMEOUT_S) -> None:
         self.worker.start()
         self.beat.start()
-        wait_until(
-            lambda: self.beat.check_alive() and self.worker.check_alive() and "ready" in self.worker.log_tail(400),
-            timeout_s,
-            "the Celery worker ready",
-            interval_s=0.2,
-        )
+        wait_until(self.celery_ready, timeout_s, "the Celery worker ready", interval_s=0.2)
+
+    def celery_ready(self) -> bool:
+        """Beat alive and the worker ready (ProcessDied when either exited)."""
+        return self.beat.check_alive() and self.worker_ready()
+
+    def worker_ready(self) -> bool:
+        """The worker alive (ProcessDied otherwise) and ready since its latest start: its log is
+        appended across restarts, so an earlier start's "ready" does not count."""
+        since_start = self.worker.log_tail(400).rpartition(f"===== {self.worker.name} start #")[2]
+        return self.worker.check_alive() and "ready" in since_start
 
     def stop(self) -> None:
         stop_all([self.beat, self.worker, self.web])
+        self.forget_beat_schedule()
+
+    def forget_beat_schedule(self) -> None:
         for suffix in ("", ".db", ".dat", ".dir", ".bak"):
             Path(str(self.beat_schedule) + suffix).unlink(missing_ok=True)
 
@@ -110,6 +128,67 @@ class ControlPlane:
 
     def issue_token(self, name: str, scope: str) -> str:
         return self.manage("create_api_token", "--name", name, "--scope", scope).stdout.strip().splitlines()[-1]
+
+
+class ScaledControlPlane:
+    """``size`` web processes behind one address (a :class:`~testkit.balancer.Balancer`), ``size``
+    Celery workers and ``size`` beats against one database and Redis: the production topology of
+    docs/operations.md ("Production topology") on one machine. ``url`` is the balancer's, the one
+    address brokers and tools know; each web process keeps its own port across restarts, so the
+    balancer finds it again. Member ``i`` (from 1) logs to ``uvicorn-i.log``, ``celery-worker-i.log``
+    and ``celery-beat-i.log``."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path, size: int = 2):
+        self.env = env
+        self.members = [ControlPlane(env, log_dir, tag=f"-{i}") for i in range(1, size + 1)]
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.balancer = Balancer([("127.0.0.1", m.port) for m in self.members], port=self.port)
+
+    @property
+    def webs(self) -> list[Process]:
+        return [m.web for m in self.members]
+
+    @property
+    def workers(self) -> list[Process]:
+        return [m.worker for m in self.members]
+
+    @property
+    def beats(self) -> list[Process]:
+        return [m.beat for m in self.members]
+
+    @property
+    def processes(self) -> list[Process]:
+        return self.webs + self.workers + self.beats
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Every process at once, then wait until each web answers and each worker is ready."""
+        self.balancer.start()
+        for p in self.processes:
+            p.start()
+        for m in self.members:
+            m.web.wait_http(m.url + "/healthz", timeout_s)
+        wait_until(lambda: all(m.celery_ready() for m in self.members), timeout_s, "every Celery worker ready", interval_s=0.2)
+
+    def serving(self, process: Process) -> bool:
+        """One of the processes serves (e.g. restarted after a kill -9): a web process answers, a
+        worker is ready, a beat is alive (ProcessDied when it exited)."""
+        member = next(m for m in self.members if process in m.processes)
+        if process is member.web:
+            return process.check_alive() and http_ok(member.url + "/healthz")
+        return member.worker_ready() if process is member.worker else process.check_alive()
+
+    def stop(self) -> None:
+        stop_all(self.beats + self.workers + self.webs)
+        self.balancer.stop()
+        for m in self.members:
+            m.forget_beat_schedule()
+
+    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return self.members[0].manage(*args, check=check)
+
+    def issue_token(self, name: str, scope: str) -> str:
+        return self.members[0].issue_token(name, scope)
 
 
 @contextmanager

@@ -342,9 +342,7 @@ class FaultProxy:
 
     async def _forward(self, link: _Link, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(*self.target, limit=self.chunk_size), self.connect_timeout
-            )
+            up_reader, up_writer = await self._connect()
             link.upstream = up_writer
             up_queue: asyncio.Queue = asyncio.Queue(self.queue_chunks)
             down_queue: asyncio.Queue = asyncio.Queue(self.queue_chunks)
@@ -366,6 +364,10 @@ class FaultProxy:
                     await asyncio.wait_for(writer.wait_closed(), self.op_timeout)
         finally:
             self._links.discard(link)
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """The target side of a new link (testkit.balancer picks among several targets here)."""
+        return await asyncio.wait_for(asyncio.open_connection(*self.target, limit=self.chunk_size), self.connect_timeout)
 
     async def _read_side(self, reader: asyncio.StreamReader, queue: asyncio.Queue) -> None:
         loop = asyncio.get_running_loop()

