@@ -63,7 +63,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import percentile  # noqa: E402
-from chaos.client_load import ClientKill9, ClientSigStop, drain, group_whole, longest_quiet  # noqa: E402
+from chaos.client_load import ClientKill9, ClientSigStop, drain, group_whole, longest_quiet, stop_clients  # noqa: E402
 from chaos.consumers import longest_stall  # noqa: E402
 from chaos.faults import RECOVERY_TIMEOUT_S, FaultRecord  # noqa: E402
 from chaos.harness import TOPIC, Harness  # noqa: E402
@@ -395,11 +395,7 @@ def main() -> int:
         if producer_code or consumer_code:
             problems.append(f"client exit codes: producer {producer_code}, consumer {consumer_code}")
     finally:
-        for c in clients:
-            try:
-                c.stop()
-            except Exception as exc:
-                print(f"stopping {c.name}: {exc!r}", file=sys.stderr)
+        stop_clients(clients)
         h.stop()
 
     late = measure(

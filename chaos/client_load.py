@@ -6,9 +6,10 @@ bench/client_failover.py and chaos/soak.py."""
 from __future__ import annotations
 
 import bisect
+import sys
 import time
 
-from testkit.procs import wait_until
+from testkit.procs import Process, wait_until
 
 from .faults import Kill9, SigStop
 from .harness import Harness
@@ -74,3 +75,12 @@ def drain(producer: EventLog, consumer: EventLog, timeout_s: float) -> float | N
         )
     except TimeoutError:
         return None
+
+
+def stop_clients(clients: list[Process]) -> None:
+    """Stop the client processes (each even when another fails to stop)."""
+    for c in clients:
+        try:
+            c.stop()
+        except Exception as exc:
+            print(f"stopping {c.name}: {exc!r}", file=sys.stderr)

@@ -85,7 +85,7 @@ from .checks import (
     percentile,
     wall_time,
 )
-from .client_load import ClientKill9, ClientSide, ClientSigStop, drain, group_whole, longest_quiet
+from .client_load import ClientKill9, ClientSide, ClientSigStop, drain, group_whole, longest_quiet, stop_clients
 from .faults import CutHaLink, Fault, FaultRecord, KillWithControlPlane
 from .harness import GROUP, QUEUES, TOPIC, Harness
 from .official_client import EventLog, client_process
@@ -565,11 +565,7 @@ def run(args: argparse.Namespace) -> dict:
         except (RuntimeError, TimeoutError, OSError, subprocess.CalledProcessError) as exc:
             checks["problems"].append(f"the soak stopped early: {exc!r}")
         finally:
-            for c in clients:
-                try:
-                    c.stop()
-                except Exception as exc:
-                    print(f"stopping {c.name}: {exc!r}", file=sys.stderr)
+            stop_clients(clients)
             h.stop()
             unmount(mounted)
             soak.prober.stubs.close()

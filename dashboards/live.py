@@ -4,7 +4,8 @@ Publishers hand updates to ``publish_async`` (the broker websocket, on water lev
 process sends at most one update per second per replica group and kind, the latest wins; a pending one
 goes out when its second is up) or ``publish``, to the channel-layer groups ``dash.all`` and
 ``dash.g.<brokerName>``. Pages hold a websocket to ``/ws/dashboard/`` (``DashboardConsumer``) and
-subscribe to a group or to everything.
+subscribe to a group or to everything; a page that reads slowly gets the latest update per group, and
+one that reads nothing is closed (``DASHBOARD_WS_STALL_SECONDS``, 1013).
 
 The controller does not call this module: it announces ``replica_group_changed`` after a committed
 transition. ``on_replica_group_changed`` (connected in ``DashboardsConfig.ready``) only notes the
@@ -313,9 +314,10 @@ class DashboardConsumer(AsyncWebsocketConsumer):
         await self._leave_groups()
 
     async def _leave_groups(self) -> None:
-        for g in getattr(self, "groups_joined", set()):
-            await self.channel_layer.group_discard(g, self.channel_name)
+        groups: set[str] = getattr(self, "groups_joined", set())
         self.groups_joined = set()
+        for g in groups:
+            await self.channel_layer.group_discard(g, self.channel_name)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         if self.stalled:

@@ -204,6 +204,7 @@ class HAClient:
         """The handshake's truncation (reference §2.4 doTruncate, seed 004). Returns True when this
         replica starts afresh (reports offset 0: the master chooses where to start)."""
         store = self.store
+        await store.drop_unwritten()
         if not self.epochs.entries:
             if store.max_offset > store.min_offset:
                 log.warning(

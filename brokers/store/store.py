@@ -545,6 +545,21 @@ class MessageStore:
         finally:
             self.truncations += 1
 
+    async def drop_unwritten(self) -> int:
+        """Give up bytes placed for a replicated append whose write never completed (the write job
+        failed after its HA session had ended, so nobody saw the error): the log ends where its
+        written bytes end, or the next session's first transfer could never be placed. Such bytes
+        were never acknowledged to a master (a slave reports its written offset). Waits for the
+        writes queued first; returns the bytes dropped. A new HA session calls this before its
+        handshake."""
+        await self.settled()
+        placed, written = self.commit_log.max_offset, self.max_offset
+        if placed <= written:
+            return 0
+        log.warning("%d replicated bytes placed at %d were never written; the log ends there again", placed - written, written)
+        await self.truncate(written)
+        return placed - written
+
     async def restart_at(self, offset: int) -> RecoveryReport:
         """Delete the whole log; it starts again, empty, at ``offset`` (rounded down to a segment
         start). A replica whose log is all older than its master's (seed 004 case 1-1), or that has

@@ -240,3 +240,42 @@ def test_kill_9_during_sync_flush_sends_loses_no_acknowledged_message(tmp_path):
     missing = set(acked) - ids
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
     print(f"{len(acked)} acked before kill -9, {len(ids)} recovered, tail cut: {report.removed_bytes} bytes")
+
+
+def test_replicated_bytes_whose_write_failed_are_dropped_before_the_next_session(tmp_path):
+    """A slave's append whose write job failed after its HA session had ended left the bytes placed
+    but never written: every later session's first transfer was refused ("replicated bytes at X, but
+    the log ends at Y") until the broker restarted (the soak found a slave stuck so for minutes).
+    drop_unwritten, which each session calls before its handshake, gives them up."""
+
+    async def scenario():
+        master = store(tmp_path / "master")
+        await master.start()
+        put = [await master.put_message(Message("T", 0, f"r{i}".encode())) for i in range(8)]
+        five = put[5].physical_offset
+        head, tail = await master.read_raw(0, five), await master.read_raw(five, 1 << 20)
+        await master.shutdown()
+        s = store(tmp_path / "slave")
+        await s.start()
+        await s.append_replicated([(0, head)])
+        end = s.max_offset
+        seg = s.commit_log.segments[-1]
+        writable = os.dup(seg.fd)
+        read_only = os.open(seg.path, os.O_RDONLY)
+        os.dup2(read_only, seg.fd)  # the next pwritev fails with EBADF
+        os.close(read_only)
+        with pytest.raises(OSError):
+            await s.append_replicated([(end, tail)])
+        os.dup2(writable, seg.fd)  # the disk works again
+        os.close(writable)
+        stuck = s.commit_log.max_offset > s.max_offset
+        dropped = await s.drop_unwritten()
+        await s.append_replicated([(s.max_offset, tail)])
+        s.set_confirm_offset(s.max_offset)
+        bodies = [m.body for m in await s.get_messages("T", 0, 0, 100)]
+        await s.shutdown()
+        return stuck, dropped, len(tail), bodies
+
+    stuck, dropped, tail_bytes, bodies = asyncio.run(scenario())
+    assert stuck and dropped == tail_bytes
+    assert bodies == [f"r{i}".encode() for i in range(8)]

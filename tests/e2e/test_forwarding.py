@@ -90,16 +90,26 @@ def test_a_slave_serves_its_groups_clients_through_the_master(tmp_path):
             stop_all(*replicas)
 
 
+def classic_pair(tmp_path, base: str, token: str) -> tuple[Replica, Replica]:
+    """A classic master and slave, started, the slave forwarding sends to the master."""
+    master = Replica(tmp_path, "master", 0, "ASYNC_MASTER", base, token)
+    slave = Replica(tmp_path, "slave", 1, "SLAVE", base, token)
+    try:
+        master.start()
+        slave.start()
+        wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
+        wait_for(lambda: one(slave.grpc_port).status.code == pb.Code.OK, 30, "a send through the slave")
+    except BaseException:
+        stop_all(master, slave)
+        raise
+    return master, slave
+
+
 def test_a_slave_without_a_reachable_master_answers_a_retryable_code_before_the_deadline(tmp_path):
     token = ApiToken.issue("fwd-alone", "broker")[1]
     with uvicorn_server() as base:
-        master = Replica(tmp_path, "master", 0, "ASYNC_MASTER", base, token)
-        slave = Replica(tmp_path, "slave", 1, "SLAVE", base, token)
+        master, slave = classic_pair(tmp_path, base, token)
         try:
-            master.start()
-            slave.start()
-            wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
-            wait_for(lambda: one(slave.grpc_port).status.code == pb.Code.OK, 30, "a send through the slave")
             master.stop()  # classic mode without acting master: nobody serves the group now
             started = time.monotonic()
             answer = one(slave.grpc_port, timeout=2)
@@ -117,13 +127,8 @@ def test_a_slave_keeps_forwarding_to_its_master_while_the_control_plane_is_down(
     token = ApiToken.issue("fwd-cp-down", "broker")[1]
     web = ExitStack()
     base = web.enter_context(uvicorn_server())
-    master = Replica(tmp_path, "master", 0, "ASYNC_MASTER", base, token)
-    slave = Replica(tmp_path, "slave", 1, "SLAVE", base, token)
+    master, slave = classic_pair(tmp_path, base, token)
     try:
-        master.start()
-        slave.start()
-        wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
-        wait_for(lambda: one(slave.grpc_port).status.code == pb.Code.OK, 30, "a send through the slave")
         web.close()  # the control plane's web server stops: no route can be asked
         stored = master.log_size()
         for _ in range(4):  # over several route cache periods
