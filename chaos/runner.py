@@ -315,8 +315,8 @@ def run(config: ScenarioConfig, env: dict[str, str] | None = None, verbose: bool
         drain_and_check(h, producer, report)
     finally:
         try:
-            if producer is not None and producer.is_alive():
-                producer.stop(grace_s=0)
+            if producer is not None:
+                producer.halt()
         except Exception:
             pass
         if proxy is not None:

@@ -174,6 +174,12 @@ class Producer(threading.Thread):
         if self.error is not None:
             raise RuntimeError("the producer failed") from self.error
 
+    def halt(self) -> None:
+        """Stop at once, if running (a run's clean-up after an error): a batch not yet acknowledged is
+        not retried."""
+        if self.is_alive():
+            self.stop(grace_s=0)
+
     def new_ids(self, n: int) -> list[str]:
         with self._lock:
             first, self._next_id = self._next_id, self._next_id + n

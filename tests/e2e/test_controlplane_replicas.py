@@ -168,8 +168,8 @@ def test_killing_a_web_process_a_worker_or_a_beat_with_the_master_costs_one_elec
         faults_over = time.time()  # then the brokers' clean stop unregisters them
         drain_and_check(h, producer, report)
     finally:
-        if producer is not None and producer.is_alive():
-            producer.stop(grace_s=0)
+        if producer is not None:
+            producer.halt()
         if resolver is not None:
             resolver.close()
         h.stop()

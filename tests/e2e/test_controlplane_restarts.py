@@ -100,8 +100,8 @@ def bed() -> Iterator[Bed]:
             pids = {p.name: p.pid for p in h.controlplane.processes}
             yield Bed(h, redis, postgres, producer, Report(config, run_dir), pids)
         finally:
-            if producer is not None and producer.is_alive():
-                producer.stop(grace_s=0)
+            if producer is not None:
+                producer.halt()
             if resolver is not None:
                 resolver.close()
             h.stop()

@@ -110,8 +110,8 @@ def run_partitions(run_dir) -> tuple[Report, dict]:
             h.note(f"consumer group {CONSUMER_GROUP}: {consumed}")
             drain_and_check(h, producer, report)
         finally:
-            if producer is not None and producer.is_alive():
-                producer.stop(grace_s=0)
+            if producer is not None:
+                producer.halt()
             if consumers is not None:
                 consumers.stop()
             for api in apis:
