@@ -69,8 +69,13 @@ def test_the_clients_of_a_dead_target_reconnect_to_a_live_one(echoes):
 def test_when_every_target_refuses_the_client_is_disconnected(dead_port):
     other = free_port()
     try:
-        with Balancer([("127.0.0.1", dead_port), ("127.0.0.1", other)]) as balancer, connect(balancer) as sock:
-            assert_closed_by_peer(sock)
+        with Balancer([("127.0.0.1", dead_port), ("127.0.0.1", other)]) as balancer:
+            try:
+                sock = connect(balancer)
+            except ConnectionResetError:  # the balancer's reset can beat the end of connect() on loopback
+                return
+            with sock:
+                assert_closed_by_peer(sock)
     finally:
         release_port(other)
 
