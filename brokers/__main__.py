@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from pathlib import Path
 
 from .broker import Broker
 from .config import ConfigInvalid, load
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         pass
     tune_gc()
-    asyncio.run(Broker(config).run_until_signalled())
+    asyncio.run(Broker(config, Path(args.config)).run_until_signalled())
     return 0
 
 

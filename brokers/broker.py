@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from .admin import BrokerAdmin
 from .config import BrokerConfig
 from .control.members import MemberGroupTracker
 from .control.nameserver import NameserverLink
@@ -110,7 +111,8 @@ class OffsetReporter:
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, config_path: Path | None = None):
+        """``config_path``: the broker.conf ``config`` was read from (an operator's changes are kept there)."""
         self.config = config
         root = Path(config.storePathRootDir)
         # The one owner of "does this broker take sends": the HA service feeds it the role, the
@@ -148,6 +150,10 @@ class Broker:
         self.offset_reporter = OffsetReporter(self)
         self._report_offsets: asyncio.Task | None = None
         self._transactions: asyncio.Task | None = None
+        # Operators' view and requests (brokers/admin.py): the broker_status report, config changes, resets.
+        self.admin = BrokerAdmin(self, config_path)
+        self.nameserver.on_request.update(self.admin.requests())
+        self._report_status: asyncio.Task | None = None
         # Consumer metadata that replicates with the log (brokers/meta.py): the master writes it,
         # every other replica follows it.
         self.consumer_meta = ConsumerMeta(root / "config" / "consumerOffset.json", self.topics)
@@ -213,6 +219,7 @@ class Broker:
         static.report = lambda sealed: self.nameserver.call("static_topic_sealed", sealed)
         static.may_seal = lambda: self.metalog.mode is MetaMode.WRITER
         self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
+        self._report_status = loop.create_task(self.admin.run(), name="broker-status")
         if self.metalog.mode is MetaMode.WRITER:
             self._taken_over()
         if self.pre_online:  # §5.3: no registration, no writes, until the consumer state is back
@@ -248,7 +255,7 @@ class Broker:
             await self.timers.deactivate()
             self.grpc_service._persist_offsets()
             await self.grpc_service.close()
-        await cancel_and_wait(self._report_offsets, self._follow, *self._background)
+        await cancel_and_wait(self._report_offsets, self._report_status, self._follow, *self._background)
         if self.members is not None:
             await self.members.stop()
         await self.nameserver.stop()

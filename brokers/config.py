@@ -13,8 +13,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from controlplane import validation  # pure, standard library only: the control plane's own name rule
+from controlplane.keyed_config import BROKER_SECRET_KEYS  # pure: the keys never reported
 
 from .delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from .store.files import write_text_atomically
 
 
 class ConfigInvalid(ValueError):
@@ -106,6 +108,9 @@ class BrokerConfig:
     syncBrokerMetadataPeriod: int = 5000
     checkSyncStateSetPeriod: int = 5000
     zoneName: str = ""
+    # Ours: how often the broker reports its status, config and offsets to the control plane (the
+    # broker_status frame, docs/websocket.md), for brokerStatus / consumerProgress and the dashboard.
+    brokerStatusReportInterval: int = 2000
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -261,7 +266,14 @@ def _check(c: BrokerConfig) -> list[str]:
         problems.append("haMasterAddress: must be host:port")
     if not 1024 <= c.haTransferBatchSize <= 16 * 1024 * 1024:
         problems.append("haTransferBatchSize: must be between 1024 and 16777216")
-    for key in ("haSendHeartbeatInterval", "haHousekeepingInterval", "slaveTimeout", "haMaxTimeSlaveNotCatchup"):
+    for key in (
+        "haSendHeartbeatInterval",
+        "haHousekeepingInterval",
+        "slaveTimeout",
+        "haMaxTimeSlaveNotCatchup",
+        "haMaxGapNotInSync",
+        "brokerStatusReportInterval",
+    ):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
     if not 1 <= c.minInSyncReplicas <= c.inSyncReplicas <= max(c.totalReplicas, c.inSyncReplicas):
@@ -287,7 +299,7 @@ def _check(c: BrokerConfig) -> list[str]:
     ):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
-    for key in ("flushCommitLogLeastPages", "popReviveAfterTakeoverMillis"):
+    for key in ("flushCommitLogLeastPages", "popReviveAfterTakeoverMillis", "retryMaxTimes"):
         if getattr(c, key) < 0:
             problems.append(f"{key}: must be >= 0")
     if not 10 <= c.timerPrecisionMs <= 1000:
@@ -305,3 +317,113 @@ def _check(c: BrokerConfig) -> list[str]:
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
     return problems
+
+
+# --- changes on a running broker (update_broker_config, mqadmin's updateBrokerConfig) ------------------
+
+# The keys an operator may change without a restart. Each is read from the broker's one BrokerConfig
+# at use time, except where a component keeps a value derived from it at startup, which
+# brokers/admin.py rebuilds after a change (the HA service's QuorumConfig, the metalog's revive cap, the
+# transaction checker's limits). Keys read once (ports, paths, roles, periods of loops that started,
+# the timer wheel's slots) need a restart.
+DYNAMIC_KEYS = frozenset(
+    {
+        "retryMaxTimes",
+        "popReviveAfterTakeoverMillis",
+        "useDelayLevel",
+        "lockInStrictMode",
+        "transactionTimeOut",
+        "transactionCheckMax",
+        "transactionCheckInterval",
+        "inSyncReplicas",
+        "minInSyncReplicas",
+        "allAckInSyncStateSet",
+        "enableAutoInSyncReplicas",
+        "haMaxTimeSlaveNotCatchup",
+        "haMaxGapNotInSync",
+        "slaveTimeout",
+        "brokerElectionPriority",
+        "brokerStatusReportInterval",
+    }
+)
+
+
+def conf_values(config: BrokerConfig) -> dict[str, str]:
+    """Every key's value as broker.conf text."""
+    return {key: _conf_text(getattr(config, key)) for key in _FIELDS}
+
+
+def reported_values(config: BrokerConfig) -> dict[str, str]:
+    """What the broker_status report shows: every key but the secrets."""
+    return {key: value for key, value in conf_values(config).items() if key not in BROKER_SECRET_KEYS}
+
+
+@dataclass(frozen=True)
+class ConfigUpdate:
+    config: BrokerConfig  # the whole configuration with the changes
+    changed: dict[str, tuple[str, str]]  # key -> (old, new) as broker.conf text; only values that differ
+
+
+def plan_update(config: BrokerConfig, updates: Mapping[str, object]) -> ConfigUpdate:
+    """Check an operator's changes (``{key: broker.conf text}``) to a running broker's ``config``:
+    only DYNAMIC_KEYS, and the values as a broker.conf holding them is checked (the merged values
+    go through ``from_mapping``: one rule for both). Raises ConfigInvalid, one problem per key.
+    Pure: nothing is applied (``apply_update``) or written (``rewrite_conf``)."""
+    problems, texts = [], {}
+    for key, value in updates.items():
+        if key not in DYNAMIC_KEYS:
+            restart = f"{key}: cannot be changed on a running broker (set it in broker.conf and restart)"
+            problems.append(_key_problem(key) or restart)
+        elif isinstance(value, bool | int):  # a JSON number or boolean: as broker.conf writes it
+            texts[key] = _conf_text(value)
+        elif not isinstance(value, str):
+            problems.append(f"{key}: must be a string")
+        elif "\n" in value or "\r" in value:
+            problems.append(f"{key}: the value must fit on one line")
+        else:
+            texts[key] = value.strip()  # as parse_properties reads a line
+    if problems:
+        raise ConfigInvalid(problems)
+    old = conf_values(config)
+    new = from_mapping(old | texts)
+    changed = {key: (old[key], text) for key in texts if (text := _conf_text(getattr(new, key))) != old[key]}
+    return ConfigUpdate(new, changed)
+
+
+def apply_update(shared: BrokerConfig, update: ConfigUpdate) -> None:
+    """Carry ``update``'s changed keys into ``shared``, the one BrokerConfig every component of the
+    broker holds by reference. It stays a frozen dataclass so that no component changes it by accident:
+    this is the one sanctioned change, of DYNAMIC_KEYS only, all keys at once (no await in between, so
+    no reader on the event loop sees half of an update such as inSyncReplicas with minInSyncReplicas).
+    Derived copies are the caller's to rebuild (brokers/admin.py)."""
+    for key in update.changed:
+        if key not in DYNAMIC_KEYS:
+            raise ValueError(f"{key} is not a dynamic key")
+        object.__setattr__(shared, key, getattr(update.config, key))
+
+
+def rewrite_conf(text: str, changes: Mapping[str, str]) -> str:
+    """``text`` (a broker.conf) with ``changes`` (``{key: text}``): each line setting a changed key is
+    replaced, every other line (comments, blank lines, other keys) kept as it was; a key the file did
+    not set is added at the end. So a restart keeps what an operator changed (RocketMQ persists
+    updateBrokerConfig to its broker.conf too)."""
+    lines, seen = text.splitlines(keepends=True), set()
+    for i, raw in enumerate(lines):
+        stripped = raw.strip()
+        if not stripped or stripped.startswith(("#", "!")) or "=" not in stripped:
+            continue
+        key = stripped.partition("=")[0].strip()
+        if key in changes:
+            lines[i] = f"{key}={changes[key]}\n"
+            seen.add(key)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    lines += [f"{key}={value}\n" for key, value in changes.items() if key not in seen]
+    return "".join(lines)
+
+
+def persist_changes(path: str | Path, changes: Mapping[str, str]) -> None:
+    """Write ``changes`` into the broker.conf at ``path`` (``rewrite_conf``), atomically: a crash
+    leaves the old file or the new one. Blocking: run it off the event loop."""
+    path = Path(path)
+    write_text_atomically(path, rewrite_conf(path.read_text(), changes))

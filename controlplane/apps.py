@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class ControlplaneConfig(AppConfig):
     name = "controlplane"
     verbose_name = "Control plane"
+
+    def ready(self) -> None:
+        from . import broker_rpc
+
+        broker_rpc.register_frames()  # brokers' answers to requests (controlplane/broker_rpc.py)

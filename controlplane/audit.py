@@ -15,6 +15,7 @@ import math
 
 from django.db import transaction
 from django.http import JsonResponse
+from django.urls import Resolver404, resolve
 
 from . import validation
 from .auth import TokenPrincipal, bearer_token, is_operator, principal_for
@@ -106,6 +107,21 @@ def record(
     )
 
 
+def outside_transactions(what: str) -> None:
+    """Refuse to start ``what`` inside a transaction: an operation whose record must commit before it
+    acts (brokers carry it out, or it commits changes of its own meanwhile) cannot share one."""
+    if transaction.get_connection().in_atomic_block:
+        raise RuntimeError(f"{what} must not run inside a transaction: its audit record commits first")
+
+
+def complete(record_id: int, *, result: str, after: dict | None = None, detail: str = "") -> None:
+    """Write the outcome into a record committed before a change that brokers carry out (it cannot
+    share their transaction: controlplane/operations/broker_admin.py)."""
+    OperatorAction.objects.filter(pk=record_id).update(
+        result=text(result, _FIELD_LIMITS["result"]), after=_params(after), detail=text(detail, MAX_PARAMS_CHARS)
+    )
+
+
 # The broker protocol (brokers' own calls, also allowed to admin tokens) is not an operator action.
 BROKER_PROTOCOL_SUFFIXES = (
     "/register",
@@ -161,6 +177,17 @@ def operator_of(request) -> str | None:
     return None
 
 
+def _self_audited(request) -> bool:
+    """A view that records its own audit entry (``self_audited = True``): a change carried out by
+    brokers, whose record must commit before they are asked, outside any transaction of ours."""
+    try:
+        func = resolve(request.path_info).func
+    except Resolver404:
+        return False
+    view_class = getattr(func, "cls", None) or getattr(func, "view_class", None)
+    return bool(getattr(view_class, "self_audited", False))
+
+
 class AuditMiddleware:
     """Runs every state-changing REST call of an operator (an admin token or an operator's login) and
     its audit record in one transaction: who, what (method and path), what was asked (body and query,
@@ -175,7 +202,7 @@ class AuditMiddleware:
 
     def __call__(self, request):
         actor = operator_of(request)
-        if actor is None:
+        if actor is None or _self_audited(request):
             return self.get_response(request)
         body = request.body  # read before the view consumes the stream (too large: Django's 400 handler)
         action = text(f"{request.method} {request.path}", _FIELD_LIMITS["action"])

@@ -17,6 +17,7 @@ class ResponseCode(IntEnum):
     SERVICE_NOT_AVAILABLE = 14
     NO_PERMISSION = 16
     TOPIC_NOT_EXIST = 17
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
     INVALID_PARAMETER = 29
     BROKER_NOT_EXIST = 211
     NOT_LEADER_FOR_QUEUE = 501  # a static topic's logical queue asked of a broker that does not own it

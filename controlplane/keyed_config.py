@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 
 from controlplane import validation as v
 
+# A broker's broker.conf keys that hold secrets: a broker never reports them (brokers/admin.py) and the
+# control plane never stores them, whatever a broker sends (nameserver/core/broker_status.py).
+BROKER_SECRET_KEYS = frozenset({"controlPlaneToken", "peerToken"})
+
 Value = bool | int | str
 
 _TRUE_FALSE = "^(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"  # Java's Boolean.parseBoolean, as text

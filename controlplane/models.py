@@ -81,3 +81,54 @@ class Isolation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_name}/{self.broker_name} {self.broker_addr} (by {self.by})"
+
+
+class DrillOutcome(models.TextChoices):
+    RUNNING = "running", "running"
+    OK = "ok", "ok"
+    FAILED = "failed", "failed"
+
+
+class Drill(models.Model):
+    """A failover drill (controlplane/operations/drill.py): an operator's controlled switch-over of one
+    broker set to a replica of its SyncStateSet, with what it cost: the RTO (from the controller's
+    decision until the new master registered as id 0 at the new epoch) and the data at risk before the
+    switch and lost at it. Written before the switch (running), completed after it."""
+
+    cluster_name = models.CharField(max_length=255)
+    broker_name = models.CharField(max_length=255, db_index=True)
+    actor = models.CharField(max_length=150)
+    from_broker_id = models.BigIntegerField()
+    to_broker_id = models.BigIntegerField()
+    old_epoch = models.IntegerField()
+    new_epoch = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    decided_at = models.DateTimeField(null=True, blank=True)  # the election committed
+    serving_at = models.DateTimeField(null=True, blank=True)  # the new master registered as id 0 at the new epoch
+    rto_ms = models.IntegerField(null=True, blank=True)
+    data_at_risk_bytes = models.BigIntegerField(null=True, blank=True)  # before: the target's lag behind the master
+    data_lost_bytes = models.BigIntegerField(null=True, blank=True)  # at the switch: acknowledged, not on the new master
+    outcome = models.CharField(max_length=16, choices=DrillOutcome.choices, default=DrillOutcome.RUNNING)
+    detail = models.TextField(blank=True, default="")
+    figures = models.JSONField(default=dict, blank=True)  # the offsets the byte counts come from, and their source
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            # One drill of a broker set at a time.
+            models.UniqueConstraint(
+                fields=["broker_name"], condition=models.Q(outcome="running"), name="one_running_drill_per_set"
+            ),
+            models.CheckConstraint(condition=models.Q(outcome__in=["running", "ok", "failed"]), name="drill_outcome_valid"),
+            models.CheckConstraint(
+                condition=models.Q(rto_ms__isnull=True) | models.Q(rto_ms__gte=0), name="drill_rto_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=(models.Q(data_at_risk_bytes__isnull=True) | models.Q(data_at_risk_bytes__gte=0))
+                & (models.Q(data_lost_bytes__isnull=True) | models.Q(data_lost_bytes__gte=0)),
+                name="drill_bytes_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.broker_name} {self.from_broker_id}->{self.to_broker_id} by {self.actor}: {self.outcome}"

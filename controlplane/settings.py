@@ -150,6 +150,9 @@ BROKER_WS_MAX_FRAME_BYTES = int(os.environ.get("BROKER_WS_MAX_FRAME_BYTES", "262
 BROKER_WS_FRAMES_PER_SECOND = float(os.environ.get("BROKER_WS_FRAMES_PER_SECOND", "100"))
 BROKER_WS_FRAME_BURST = int(os.environ.get("BROKER_WS_FRAME_BURST", "200"))
 DASHBOARD_WS_STALL_SECONDS = float(os.environ.get("DASHBOARD_WS_STALL_SECONDS", "10"))
+# How long an operator's request to a broker (updateBrokerConfig, an offset reset) waits for its answer
+# (controlplane/broker_rpc.py): past it the operator is told the broker did not answer.
+BROKER_RPC_TIMEOUT_SECONDS = float(os.environ.get("BROKER_RPC_TIMEOUT_SECONDS", "10"))
 
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None

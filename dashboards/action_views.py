@@ -12,8 +12,10 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
 from controlplane import validation as v
+from controlplane.operations import broker_admin, drill
+from controlplane.operations.refused import Refused
 
-from . import actions
+from . import actions, topic_admin
 from .permissions import is_operator
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,11 @@ def _int_field(data: dict, name: str, *, required: bool) -> int | None:
 
 def _bool_field(data: dict, name: str) -> bool:
     return _field(data, name, v.boolean)
+
+
+def _preview(data: dict) -> bool:
+    """The ``preview`` flag of an action that can show what it would do first (absent: false)."""
+    return data.get("preview") is not None and _bool_field(data, "preview")
 
 
 def _operator_action(handler):
@@ -101,3 +108,95 @@ def write_perm(request: HttpRequest, broker_name: str) -> dict:
 @_operator_action
 def migrate_static_topic(request: HttpRequest, topic: str) -> dict:
     return actions.migrate_static_topic(request.user.get_username(), topic, _body(request))
+
+
+MAX_CLEAN_IDS = 64
+
+
+def _broker_ids(data: dict) -> frozenset[int] | None:
+    raw = data.get("brokerIds")
+    if raw is None or raw == []:
+        return None
+    if not isinstance(raw, list) or len(raw) > MAX_CLEAN_IDS or any(_BROKER_ID(i) is not None for i in raw):
+        raise actions.ActionError("invalid input", {"brokerIds": [f"a list of at most {MAX_CLEAN_IDS} broker ids"]})
+    return frozenset(raw)
+
+
+@require_POST
+@_operator_action
+def clean(request: HttpRequest, broker_name: str) -> dict:
+    """Clean broker metadata (the controller's cleanBrokerData): ``brokerIds`` (none: the whole set);
+    ``preview``: what would be removed, or why the controller refuses."""
+    data = _body(request)
+    broker_ids = _broker_ids(data)
+    if _preview(data):
+        return actions.preview_clean(broker_name, broker_ids)
+    return actions.clean(request.user.get_username(), broker_name, broker_ids)
+
+
+@require_POST
+@_operator_action
+def update_topic(request: HttpRequest) -> dict:
+    """Create or update a topic (REST's updateAndCreateTopic body); ``preview``: old -> new per broker set."""
+    return topic_admin.update_topic(request.user.get_username(), _body(request))
+
+
+@require_POST
+@_operator_action
+def delete_topic(request: HttpRequest, topic: str) -> dict:
+    """Delete a topic everywhere or on ``brokerNames``; ``preview``: its queues, messages and consumer groups."""
+    return topic_admin.delete_topic(request.user.get_username(), topic, _body(request))
+
+
+def _operation(call):
+    """An operation that writes and commits its own audit record (a change brokers carry out, a drill:
+    it runs outside any transaction); its refusals as the dashboard's."""
+    try:
+        return call()
+    except Refused as exc:
+        raise actions.ActionError(exc.detail, exc.fields, exc.status) from exc
+
+
+@require_POST
+@_operator_action
+def reset_offset(request: HttpRequest, group: str) -> dict:
+    """Reset ``group``'s offsets on ``topic`` to ``timestampMs`` or ``offset`` (-1: the end); ``preview``:
+    per queue, committed -> new and the messages re-consumed or skipped."""
+    data = _body(request)
+    preview = _preview(data)
+    return _operation(
+        lambda: broker_admin.reset_offset(
+            request.user.get_username(),
+            group,
+            data.get("topic"),
+            timestamp_ms=data.get("timestampMs"),
+            offset=data.get("offset"),
+            preview=preview,
+        )
+    )
+
+
+@require_POST
+@_operator_action
+def broker_config(request: HttpRequest, broker_name: str, broker_id: int) -> dict:
+    """Change dynamic keys of one broker (``updates``: key -> broker.conf text); ``preview``: old -> new."""
+    data = _body(request)
+    preview = _preview(data)
+    return _operation(
+        lambda: broker_admin.update_config(
+            request.user.get_username(), broker_name, broker_id, data.get("updates"), preview=preview
+        )
+    )
+
+
+@require_POST
+@_operator_action
+def drill_run(request: HttpRequest, broker_name: str) -> dict:
+    """A failover drill of the set to ``brokerId`` (none: the best in-sync slave); ``preview``: who takes
+    over and the data at risk. Run, it answers once the new master serves, with the measured RTO."""
+    data = _body(request)
+    broker_id = _int_field(data, "brokerId", required=False)
+    if _preview(data):
+        return _operation(lambda: drill.preview(broker_name, broker_id))
+    done = _operation(lambda: drill.run(request.user.get_username(), broker_name, broker_id))
+    return {**done, "ok": done["outcome"] == "ok"}

@@ -1,7 +1,7 @@
 """Operator actions on replica groups: elect (automatic or a designated replica), isolate, write
-permission. Each one goes through the same services as the REST API and is written to the operator
-audit log with the state before and after, in the transaction that makes the change (``@audited``):
-the change and its record commit together or not at all."""
+permission, clean broker metadata. Each one goes through the same services as the REST API and is
+written to the operator audit log with the state before and after, in the transaction that makes the
+change (``@audited``): the change and its record commit together or not at all."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from controlplane import audit
 from controlplane.codes import ResponseCode
 from controlplane.controller import selectors as ctl
 from controlplane.controller import services
+from controlplane.controller.core import rules
 from controlplane.controller.core.preview import ElectionPreview
 from controlplane.controller.core.state import Trigger
 from controlplane.operations import isolation
@@ -140,3 +141,73 @@ def migrate_static_topic(actor: str, topic: str, data: dict) -> dict:
             result="ok",
         )
     return {"ok": True, "result": "ok" if done.applied else "preview", **answer}
+
+
+def _metadata(state) -> dict:
+    return {
+        "masterBrokerId": state.master_broker_id,
+        "syncStateSet": sorted(state.sync_state_set),
+        "replicas": {str(r.broker_id): r.broker_address for r in state.replicas},
+    }
+
+
+def preview_clean(broker_name: str, broker_ids: frozenset[int] | None) -> dict:
+    """What cleaning ``broker_ids`` (None: the whole set) from the controller's metadata would remove,
+    or why the controller refuses (a named id still alive; the whole set while it has a master): the
+    controller's own rule on the set as it is now (read without the lock: the service decides again
+    under it)."""
+    state = ctl.replica_info(broker_name)
+    if state is None:
+        raise ActionError(f"{broker_name} is not managed by the controller", status=404)
+    live = ctl.live_view(state)
+    alive = [i for i, info in live.items() if info.alive]
+    decision = rules.clean_broker_data(state, broker_ids, clean_living=False, alive=alive)
+    removed = [
+        {"brokerId": r.broker_id, "address": r.broker_address, "alive": r.broker_id in alive}
+        for r in state.replicas
+        if decision.new_state is not None and decision.new_state.replica(r.broker_id) is None
+    ]
+    after = decision.new_state
+    return {
+        "ok": decision.code == ResponseCode.SUCCESS,
+        "result": "preview" if decision.code == ResponseCode.SUCCESS else ResponseCode(decision.code).name,
+        "detail": decision.detail or "",
+        "removed": removed,
+        "dropsSet": bool(decision.extra.get("drop_set")) if decision.new_state is not None else False,
+        "masterCleared": after is not None and state.master_broker_id is not None and after.master_broker_id is None,
+        "before": _metadata(state),
+        "after": None if after is None else _metadata(after),
+    }
+
+
+@audited
+def clean(actor: str, broker_name: str, broker_ids: frozenset[int] | None) -> dict:
+    """``CLEAN_BROKER_DATA`` (the service REST calls), audited with the metadata before and after; a
+    refusal (an id still alive) changes nothing and is recorded with its code."""
+    plan = preview_clean(broker_name, broker_ids)
+    outcome = services.clean_broker_data(broker_name, set(broker_ids) if broker_ids else None, requested_by=actor)
+    ok = outcome.code == ResponseCode.SUCCESS
+    result = "ok" if ok else ResponseCode(outcome.code).name
+    before = plan["before"]
+    after = _metadata(outcome.state) if ok and outcome.state is not None else before
+    removed = sorted(int(i) for i in set(before["replicas"]) - set(after["replicas"]))
+    audit.record(
+        actor,
+        "clean_broker_data",
+        cluster_name=outcome.state.cluster_name if outcome.state else "",
+        broker_name=broker_name,
+        params={"brokerIds": sorted(broker_ids) if broker_ids else None},
+        before=before,
+        after=after,
+        result="ok" if ok else "refused",  # the code's name is longer than the column: it leads the detail
+        detail=outcome.detail if ok else f"{int(outcome.code)} {result}: {outcome.detail}",
+    )
+    return {
+        "ok": ok,
+        "result": result,
+        "detail": outcome.detail or "",
+        "removedIds": removed,
+        "droppedSet": ok and not after["replicas"],
+        "before": before,
+        "after": after,
+    }

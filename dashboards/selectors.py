@@ -13,10 +13,13 @@ from controlplane.controller import selectors as ctl
 from controlplane.controller.config_store import current_config as controller_config
 from controlplane.controller.models import ReplicaGroup, Transition
 from controlplane.isolation import isolated_addrs
+from controlplane.operations import drill
+from controlplane.operations import headroom as operations_headroom
+from controlplane.topic_attributes import message_type_of
+from nameserver import broker_status, static_topics, water_levels, wire
 from nameserver import selectors as ns
-from nameserver import static_topics, water_levels, wire
 from nameserver.core.routes import acting_master_id
-from nameserver.models import BrokerGroup
+from nameserver.models import BrokerGroup, TopicQueue
 from nameserver.settings_store import current_config as nameserver_config
 
 from .models import WaterLevelSample
@@ -322,6 +325,54 @@ def topics() -> list[dict]:
     return out
 
 
+def topic_targets() -> dict:
+    """Where a topic can be created: the clusters and their broker sets."""
+    rows = list(BrokerGroup.objects.order_by("cluster_name", "broker_name").values_list("cluster_name", "broker_name"))
+    return {
+        "clusters": sorted({cluster for cluster, _ in rows}),
+        "brokerSets": [{"cluster": cluster, "brokerName": name} for cluster, name in rows],
+    }
+
+
+def queue_datas(topic: str, broker_names: list[str] | None = None) -> list[dict]:
+    """The topic's queue data per broker set (all, or the named ones), sorted by broker set."""
+    qs = TopicQueue.objects.filter(topic=topic).select_related("group").order_by("group__broker_name")
+    if broker_names:
+        qs = qs.filter(group__broker_name__in=broker_names)
+    return [
+        {
+            "brokerName": q.group.broker_name,
+            "clusterName": q.group.cluster_name,
+            "readQueueNums": q.read_queue_nums,
+            "writeQueueNums": q.write_queue_nums,
+            "perm": q.perm,
+            "messageType": message_type_of(q.attributes).value,
+        }
+        for q in qs
+    ]
+
+
+def topic_detail(topic: str) -> dict | None:
+    """One topic: its route as clients get it, its queue data per broker set, each queue's offsets and
+    the consumer groups reading it; None if the topic is nowhere."""
+    sets = queue_datas(topic)
+    route = ns.topic_route(topic)
+    if not sets and route is None:
+        return None
+    offsets = topic_offsets(topic)
+    return {
+        "topic": topic,
+        "route": wire.topic_route(route) if route else None,
+        "queueDatas": sets,
+        "config": sets[0] if sets else None,
+        "brokerNames": [q["brokerName"] for q in sets],
+        "offsets": offsets,
+        "messages": sum(q["messages"] for q in offsets),
+        "unreported": sorted({q["brokerName"] for q in sets} - {q["brokerName"] for q in offsets}),
+        "consumerGroups": groups_reading(topic),
+    }
+
+
 def static_topics_view() -> dict:
     """Every static topic's mapping (segments with their states, as REST shows them) and the broker
     set names an operator can move queues to."""
@@ -337,3 +388,75 @@ def static_topics_view() -> dict:
 
 def configs() -> dict:
     return {"controller": dict(controller_config().values), "nameserver": dict(nameserver_config().values)}
+
+
+def controller_groups() -> list[dict]:
+    """Every controller-managed replica group (as the overview reads them) with its health."""
+    return [g for cluster in overview() for g in cluster["groups"] if g["controllerManaged"]]
+
+
+# --- what the brokers report (nameserver.broker_status): offsets, consumer progress ---------------
+
+
+def topic_offsets(topic: str) -> list[dict]:
+    """Each queue of ``topic`` with its min and max offset and the messages between, as the broker
+    serving its set last reported them."""
+    return [{**q, "messages": max(0, q["maxOffset"] - q["minOffset"])} for q in broker_status.topic_offsets(topic)]
+
+
+def groups_reading(topic: str, broker_names: set[str] | None = None) -> list[dict]:
+    """The consumer groups with committed offsets on ``topic`` (on the named broker sets): each with
+    its lag there (``topicLag``) and its total lag."""
+    return broker_status.topic_readers(topic, broker_names)
+
+
+CONSUMER_SORTS = {
+    "group": (lambda g: g["group"], False),
+    "lag": (lambda g: (g["lag"], g["group"]), True),
+    "queues": (lambda g: (g["queues"], g["group"]), True),
+}
+
+
+def consumer_groups(search: str = "", sort: str = "group") -> list[dict]:
+    """Every consumer group the serving brokers report (one read of the reports, whatever the number
+    of groups): topics, queues, total lag; those whose name or a topic contains ``search``, sorted by
+    ``sort`` (group name; lag or queues, the largest first)."""
+    groups = broker_status.consumer_groups()
+    if search:
+        needle = search.lower()
+        groups = [g for g in groups if needle in g["group"].lower() or any(needle in t.lower() for t in g["topics"])]
+    key, reverse = CONSUMER_SORTS.get(sort, CONSUMER_SORTS["group"])
+    return sorted(groups, key=key, reverse=reverse) if sort != "group" else groups
+
+
+def consumer_group(group: str) -> dict | None:
+    """One group's progress per queue (committed offset, max offset, lag) with a subtotal per topic;
+    None when no broker reports it."""
+    progress = broker_status.consumer_progress(group)
+    if progress is None:
+        return None
+    topics: dict[str, dict] = {}
+    for q in progress["queues"]:
+        t = topics.setdefault(q["topic"], {"topic": q["topic"], "queues": 0, "lag": 0, "stale": False})
+        t["queues"] += 1
+        t["lag"] += q["lag"]
+        t["stale"] = t["stale"] or q["stale"]
+    return {**progress, "topics": list(topics.values()), "stale": any(t["stale"] for t in topics.values())}
+
+
+def broker_reports(broker_name: str, broker_id: int) -> list[dict]:
+    """The status and config one broker last reported (one per address it reported from)."""
+    return broker_status.reports(broker_name, broker_id)
+
+
+RECENT_DRILLS = 10
+
+
+def headroom(broker_name: str) -> dict | None:
+    """How many more replica losses before the set's writes stop (controlplane.operations.headroom)."""
+    return operations_headroom.headroom(broker_name)
+
+
+def drills(broker_name: str) -> list[dict]:
+    """The set's latest failover drills, newest first."""
+    return drill.recent(broker_name, RECENT_DRILLS)

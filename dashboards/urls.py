@@ -19,6 +19,7 @@ class BrokerNameConverter:
 
 
 register_converter(BrokerNameConverter, "brokername")
+register_converter(BrokerNameConverter, "topic")  # a topic or consumer group name: the same pattern
 
 app_name = "dashboards"
 
@@ -28,7 +29,17 @@ urlpatterns = [
     path("groups/<brokername:broker_name>/", views.group, name="group"),
     path("groups/<brokername:broker_name>/water-levels.json", views.water_levels, name="water-levels"),
     path("brokers/", views.brokers, name="brokers"),
+    path("brokers/<brokername:broker_name>/<int:broker_id>/", views.broker, name="broker"),
+    path("brokers/<brokername:broker_name>/<int:broker_id>/config", action_views.broker_config, name="broker-config"),
+    path("consumers/", views.consumers, name="consumers"),
+    path("consumers/<topic:group>/", views.consumer_group, name="consumer-group"),
+    path("consumers/<topic:group>/progress.json", views.consumer_progress, name="consumer-progress"),
+    path("consumers/<topic:group>/reset-offset", action_views.reset_offset, name="reset-offset"),
     path("topics/", views.topics, name="topics"),
+    path("topics/update", action_views.update_topic, name="update-topic"),
+    path("topics/<topic:topic>/", views.topic, name="topic"),
+    path("topics/<topic:topic>/delete", action_views.delete_topic, name="delete-topic"),
+    path("controller/", views.controller, name="controller"),
     path("static-topics/", views.static_topics, name="static-topics"),
     path("static-topics/<str:topic>/migrate", action_views.migrate_static_topic, name="migrate-static-topic"),
     path("config/", views.config, name="config"),
@@ -38,4 +49,6 @@ urlpatterns = [
     path("groups/<brokername:broker_name>/elect", action_views.elect, name="elect"),
     path("groups/<brokername:broker_name>/isolate", action_views.isolate, name="isolate"),
     path("groups/<brokername:broker_name>/write-perm", action_views.write_perm, name="write-perm"),
+    path("groups/<brokername:broker_name>/clean", action_views.clean, name="clean"),
+    path("groups/<brokername:broker_name>/drill", action_views.drill_run, name="drill"),
 ]

@@ -1,12 +1,15 @@
 """The dashboard's pages: server-rendered, login required; reads come from ``dashboards.selectors``.
 
 A viewer sees everything; operators (members of the Django group "operators", or superusers) also get
-the action buttons, whose JSON endpoints live in ``action_views.py``. Live changes reach the pages over
-the ``/ws/dashboard/`` websocket (``dashboards.live``), never by polling.
+the action buttons, whose JSON endpoints live in ``action_views.py``. Live changes of the controller
+state and water levels reach the pages over the ``/ws/dashboard/`` websocket (``dashboards.live``),
+never by polling; only a consumer group's lag chart polls (``consumer_progress``): brokers report
+their offsets on a timer, and the page asks at that pace.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from functools import wraps
 from urllib.parse import quote
@@ -18,13 +21,24 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.csrf import ensure_csrf_cookie
 
+from controlplane.controller import selectors as ctl_selectors
 from controlplane.models import OperatorAction
+from controlplane.topic_attributes import TOPIC_MESSAGE_TYPES
+from nameserver.core.perm import Perm
 
 from . import selectors
 from .permissions import is_operator
 
 HISTORY_MINUTES = 15
 AUDIT_PAGE_SIZE = 50
+CONSUMERS_PAGE_SIZE = 1000
+PROGRESS_POLL_MS = 2000  # the lag chart asks for the group's progress this often
+PERM_CHOICES = [
+    (int(Perm.READ | Perm.WRITE), "rw (read and write)"),
+    (int(Perm.READ), "r- (read only)"),
+    (int(Perm.WRITE), "-w (write only)"),
+    (0, "-- (neither)"),
+]
 
 
 def _page(request, template: str, context: dict):
@@ -36,6 +50,13 @@ def _group_url():
     marker = "__broker_name__"
     pattern = reverse("dashboards:group", args=[marker])
     return lambda broker_name: pattern.replace(marker, quote(broker_name, safe=""))
+
+
+def _broker_url():
+    """(brokerName, brokerId) -> the broker page's URL, reversed once."""
+    marker = "__broker_name__"
+    head = reverse("dashboards:broker", args=[marker, 0]).removesuffix("0/")
+    return lambda broker_name, broker_id: head.replace(marker, quote(broker_name, safe="")) + f"{int(broker_id)}/"
 
 
 def _json_login_required(view):
@@ -92,11 +113,24 @@ def group(request, broker_name: str):
             "elect": reverse("dashboards:elect", args=[broker_name]),
             "isolate": reverse("dashboards:isolate", args=[broker_name]),
             "writePerm": reverse("dashboards:write-perm", args=[broker_name]),
+            "clean": reverse("dashboards:clean", args=[broker_name]),
+            "drill": reverse("dashboards:drill", args=[broker_name]),
         }
         if operator
         else None,
     }
-    return render(request, "dashboards/group.html", {"group": detail, "page": page, "is_operator": operator})
+    managed = detail.get("controllerManaged", True)
+    return render(
+        request,
+        "dashboards/group.html",
+        {
+            "group": detail,
+            "page": page,
+            "is_operator": operator,
+            "headroom": selectors.headroom(broker_name) if managed else None,
+            "drills": selectors.drills(broker_name) if managed else [],
+        },
+    )
 
 
 @_json_login_required
@@ -114,23 +148,77 @@ def water_levels(request, broker_name: str):
 @login_required
 def brokers(request):
     rows = selectors.brokers()
-    url = _group_url()
+    url, status_url = _group_url(), _broker_url()
     for row in rows:
         row["url"] = url(row["brokerName"])
+        # A broker reports its status under the id it registers with at the nameserver.
+        if row["nameserverId"] is not None:
+            row["statusUrl"] = status_url(row["brokerName"], row["nameserverId"])
     return _page(request, "dashboards/brokers.html", {"brokers": rows})
 
 
+def _route_rows(route: dict | None) -> list[dict] | None:
+    # One row per broker set with its queues: the template then never searches a list per row
+    # (a topic spread over 1,000 sets would cost a million lookups).
+    if route is None:
+        return None
+    queues = {q["brokerName"]: q for q in route["queueDatas"]}
+    return [{"broker": b, "queue": queues.get(b["brokerName"])} for b in route["brokerDatas"]]
+
+
+def _topic_admin_context(request) -> dict:
+    """What the create/update form offers operators: clusters, broker sets, message types."""
+    if not is_operator(request.user):
+        return {}
+    return {"targets": selectors.topic_targets(), "message_types": TOPIC_MESSAGE_TYPES, "perm_choices": PERM_CHOICES}
+
+
 @login_required
+@ensure_csrf_cookie
 def topics(request):
     topics = selectors.topics()
+    url = _topic_url()
     for topic in topics:
-        # One row per broker set with its queues: the template then never searches a list per row
-        # (a topic spread over 1,000 sets would cost a million lookups).
-        route = topic["route"]
-        if route is not None:
-            queues = {q["brokerName"]: q for q in route["queueDatas"]}
-            topic["rows"] = [{"broker": b, "queue": queues.get(b["brokerName"])} for b in route["brokerDatas"]]
-    return _page(request, "dashboards/topics.html", {"topics": topics})
+        topic["rows"] = _route_rows(topic["route"])
+        topic["url"] = url(topic["topic"])
+    return _page(request, "dashboards/topics.html", {"topics": topics, **_topic_admin_context(request)})
+
+
+def _topic_url():
+    marker = "__topic__"
+    pattern = reverse("dashboards:topic", args=[marker])
+    return lambda topic: pattern.replace(marker, quote(topic, safe=""))
+
+
+@login_required
+@ensure_csrf_cookie
+def topic(request, topic: str):
+    """One topic: its route, its queue data per broker set, each queue's min and max offset as the
+    brokers report them, the consumer groups reading it; operators edit or delete it from here."""
+    detail = selectors.topic_detail(topic)
+    if detail is None:
+        raise Http404(f"no topic named {topic!r}")
+    detail["rows"] = _route_rows(detail["route"])
+    consumer_url = _consumer_url()
+    for g in detail["consumerGroups"]:
+        g["url"] = consumer_url(g["group"])
+    return _page(request, "dashboards/topic.html", {"t": detail, **_topic_admin_context(request)})
+
+
+@login_required
+def controller(request):
+    """What ``controller/metadata`` answers, and every controller-managed replica group's master,
+    epochs and SyncStateSet."""
+    groups = selectors.controller_groups()
+    url = _group_url()
+    for g in groups:
+        g["url"] = url(g["brokerName"])
+        g["aliveCount"] = sum(1 for m in g["members"] if m["alive"])
+    return _page(
+        request,
+        "dashboards/controller.html",
+        {"metadata": ctl_selectors.metadata(request.get_host()), "groups": groups},
+    )
 
 
 @login_required
@@ -139,6 +227,98 @@ def static_topics(request):
     """Static topics: each logical queue's segments; operators preview and apply moves, drains and
     scale-outs (the same service as REST, audited)."""
     return _page(request, "dashboards/static_topics.html", selectors.static_topics_view())
+
+
+def _consumer_url():
+    marker = "__group__"
+    pattern = reverse("dashboards:consumer-group", args=[marker])
+    return lambda group: pattern.replace(marker, quote(group, safe=""))
+
+
+@login_required
+def consumers(request):
+    """Every consumer group the brokers report: topics, queues, total lag; searchable, sortable. One
+    read of the reports and rows built in Python (1,000 groups in well under 300 ms)."""
+    search = request.GET.get("q", "").replace("\x00", "").strip()[:255]
+    sort = request.GET.get("sort", "group")
+    if sort not in selectors.CONSUMER_SORTS:
+        sort = "group"
+    groups = selectors.consumer_groups(search, sort)
+    page = Paginator(groups, CONSUMERS_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = "&".join(f"{k}={quote(v)}" for k, v in (("q", search), ("sort", sort)) if v and (k, v) != ("sort", "group"))
+    return _page(
+        request,
+        "dashboards/consumers.html",
+        {
+            "page": page,
+            "search": search,
+            "sort": sort,
+            "query": query,
+            "prefix": reverse("dashboards:consumers"),
+            "total_lag": sum(g["lag"] for g in groups),
+            "stale": sum(1 for g in groups if g["stale"]),
+        },
+    )
+
+
+@login_required
+@ensure_csrf_cookie
+def consumer_group(request, group: str):
+    """One consumer group: per queue committed offset, max offset and lag, a live lag chart (the page
+    polls ``progress.json``), and for operators the offset reset (a preview first)."""
+    detail = selectors.consumer_group(group)
+    if detail is None:
+        raise Http404(f"no broker reports a consumer group named {group!r}")
+    page = {
+        "group": group,
+        "progressUrl": reverse("dashboards:consumer-progress", args=[group]),
+        "pollMs": PROGRESS_POLL_MS,
+        "lag": detail["lag"],
+        "topics": [t["topic"] for t in detail["topics"]],
+        "actions": {"reset": reverse("dashboards:reset-offset", args=[group])} if is_operator(request.user) else None,
+    }
+    topic_url = _topic_url()
+    for t in detail["topics"]:
+        t["url"] = topic_url(t["topic"])
+    return _page(request, "dashboards/consumer_group.html", {"c": detail, "page": page})
+
+
+@_json_login_required
+def consumer_progress(request, group: str):
+    """The lag chart's points: the group's progress as the brokers last reported it."""
+    detail = selectors.consumer_group(group)
+    if detail is None:
+        return JsonResponse({"detail": f"no broker reports a consumer group named {group}"}, status=404)
+    return JsonResponse({**detail, "atMs": int(time.time() * 1000)})
+
+
+@login_required
+@ensure_csrf_cookie
+def broker(request, broker_name: str, broker_id: int):
+    """One broker's status and configuration as it last reported them; operators change its dynamic
+    keys (a preview of old -> new first, then the broker applies them and keeps them in broker.conf)."""
+    reports = selectors.broker_reports(broker_name, broker_id)
+    if not reports:
+        raise Http404(f"no status report from broker {broker_name} id {broker_id}")
+    report = max(reports, key=lambda r: r["reportedAtMs"])
+    dynamic = set(report["dynamicKeys"])
+    operator = is_operator(request.user)
+    page = {
+        "brokerName": broker_name,
+        "brokerId": broker_id,
+        "actions": {"config": reverse("dashboards:broker-config", args=[broker_name, broker_id])} if operator else None,
+    }
+    return _page(
+        request,
+        "dashboards/broker.html",
+        {
+            "b": report,
+            "others": [r for r in reports if r is not report],
+            "config": [(key, value, key in dynamic) for key, value in sorted(report["config"].items())],
+            "group_url": _group_url()(broker_name),
+            "page": page,
+        },
+    )
 
 
 @login_required

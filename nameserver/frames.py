@@ -1,6 +1,6 @@
 """The nameserver's frames on the broker websocket (docs/websocket.md): register, heartbeat (with
-optional water levels), unregister, get_broker_member_group, static_topic_sealed; and, when a socket closes, the brokers
-it stood for are unregistered at once (RocketMQ's onChannelDestroy). Registered with
+optional water levels), unregister, get_broker_member_group, static_topic_sealed, broker_status;
+and, when a socket closes, the brokers it stood for are unregistered at once (RocketMQ's onChannelDestroy). Registered with
 ``controlplane.ws`` in ``NameserverConfig.ready``."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from controlplane import validation as v
 from controlplane import ws
 from controlplane.errors import ApiError
 
-from . import liveness, route_cache, selectors, services, static_topics, water_levels, wire
+from . import broker_status, liveness, route_cache, selectors, services, static_topics, water_levels, wire
+from .core.broker_status import parse_report
 from .core.water_levels import parse_water_levels
 from .serializers import MemberGroupQuerySerializer, RegisterBrokerSerializer, UnregisterSerializer
 from .signals import water_levels_reported
@@ -165,10 +166,19 @@ async def static_topic_sealed(connection: ws.BrokerConsumer, payload: dict) -> d
     return {"epoch": m.epoch}
 
 
+async def broker_status_report(connection: ws.BrokerConsumer, payload: dict) -> dict:
+    """A broker's status, config, queue offsets and consumer offsets (nameserver/broker_status.py)."""
+    report = parse_report(payload)
+    await connection.check_binding(clusters=[report["clusterName"]], broker_sets=[report["brokerName"]], remember=True)
+    await broker_status.store_async(report)
+    return {}
+
+
 def register_frames() -> None:
     ws.register("register", register)
     ws.register("heartbeat", heartbeat)
     ws.register("unregister", unregister)
     ws.register("get_broker_member_group", get_broker_member_group)
     ws.register("static_topic_sealed", static_topic_sealed)
+    ws.register("broker_status", broker_status_report)
     ws.on_close(closed)

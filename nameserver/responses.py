@@ -215,3 +215,93 @@ class MigrationAnswer(_Ack):
         "by default this long after their last message"
     )
     mapping = StaticTopicAnswer()
+
+
+# --- broker status, consumer progress, topic status -------------------------------------------------
+
+
+class _BrokerStatus(serializers.Serializer):
+    role = serializers.CharField(required=False, allow_null=True, help_text="ASYNC_MASTER, SYNC_MASTER or SLAVE")
+    metaMode = serializers.CharField(
+        required=False, allow_null=True, help_text="WRITER (serves consumers), FOLLOWER, ACTING (acting master)"
+    )
+    masterEpoch = serializers.IntegerField(required=False, allow_null=True)
+    writable = serializers.BooleanField(required=False, allow_null=True, help_text="takes sends now")
+    writeRefusal = serializers.CharField(required=False, allow_null=True, help_text="why it takes no sends")
+    isolated = serializers.BooleanField(required=False, allow_null=True)
+    commitLogMinOffset = serializers.IntegerField(required=False, allow_null=True)
+    commitLogMaxOffset = serializers.IntegerField(required=False, allow_null=True)
+    confirmOffset = serializers.IntegerField(required=False, allow_null=True)
+    startedAtMs = serializers.IntegerField(required=False, allow_null=True)
+    uptimeMs = serializers.IntegerField(required=False, allow_null=True)
+    storeCodec = serializers.CharField(required=False, allow_null=True)
+    pid = serializers.IntegerField(required=False, allow_null=True)
+    topics = serializers.IntegerField(required=False, allow_null=True)
+    consumerGroups = serializers.IntegerField(required=False, allow_null=True)
+
+
+@extend_schema_serializer(component_name="BrokerStatusReport")
+class _BrokerReport(serializers.Serializer):
+    clusterName = serializers.CharField()
+    brokerName = serializers.CharField()
+    brokerId = serializers.IntegerField()
+    brokerAddr = serializers.CharField()
+    alive = serializers.BooleanField(help_text="its nameserver heartbeats arrive")
+    stale = serializers.BooleanField(help_text="no report for three of its intervals")
+    reportedAtMs = serializers.IntegerField(help_text="Redis clock, epoch ms")
+    ageMs = serializers.IntegerField()
+    status = _BrokerStatus()
+    config = serializers.DictField(child=serializers.CharField(allow_blank=True), help_text="broker.conf keys, as text")
+    dynamicKeys = serializers.ListField(child=serializers.CharField(), help_text="keys updateBrokerConfig may change")
+
+
+@extend_schema_serializer(component_name="BrokerStatus")
+class BrokerStatusAnswer(serializers.Serializer):
+    brokers = _BrokerReport(many=True)
+
+
+class _GroupSummary(serializers.Serializer):
+    group = serializers.CharField()
+    topics = serializers.ListField(child=serializers.CharField())
+    queues = serializers.IntegerField()
+    committedOffset = serializers.IntegerField(help_text="summed over its queues")
+    maxOffset = serializers.IntegerField(help_text="summed over its queues")
+    lag = serializers.IntegerField(help_text="messages stored and not yet consumed, summed")
+    stale = serializers.BooleanField(help_text="one of its broker sets' reports is stale")
+
+
+@extend_schema_serializer(component_name="ConsumerGroups")
+class ConsumerGroupsAnswer(serializers.Serializer):
+    groups = _GroupSummary(many=True)
+
+
+class _QueueProgress(serializers.Serializer):
+    topic = serializers.CharField()
+    brokerName = serializers.CharField()
+    servedBy = serializers.IntegerField(help_text="the brokerId whose report this row is from (its set's serving broker)")
+    queueId = serializers.IntegerField()
+    committedOffset = serializers.IntegerField()
+    maxOffset = serializers.IntegerField(allow_null=True, help_text="null: the queue is gone from its broker")
+    lag = serializers.IntegerField()
+    stale = serializers.BooleanField()
+
+
+@extend_schema_serializer(component_name="ConsumerProgress")
+class ConsumerProgressAnswer(serializers.Serializer):
+    group = serializers.CharField()
+    lag = serializers.IntegerField()
+    queues = _QueueProgress(many=True)
+
+
+class _QueueOffsets(serializers.Serializer):
+    brokerName = serializers.CharField()
+    queueId = serializers.IntegerField()
+    minOffset = serializers.IntegerField()
+    maxOffset = serializers.IntegerField()
+    stale = serializers.BooleanField()
+
+
+@extend_schema_serializer(component_name="TopicStatus")
+class TopicStatusAnswer(serializers.Serializer):
+    topic = serializers.CharField()
+    queues = _QueueOffsets(many=True)

@@ -14,6 +14,7 @@ from controlplane.validation_drf import (
     drf_checked,
     integer_field,
     name_field,
+    query_integer_field,
     text_field,
 )
 
@@ -166,6 +167,11 @@ class HeartbeatSerializer(BrokerIdentitySerializer):
 class WaterLevelsQuerySerializer(serializers.Serializer):
     clusterName = _name_field()
     brokerName = _name_field(required=False)
+
+
+class BrokerStatusQuerySerializer(serializers.Serializer):
+    brokerName = _name_field()
+    brokerId = query_integer_field(min_value=0, max_value=MAX_ID, required=False, help_text="one broker (default: every one)")
 
 
 class UnregisterSerializer(BrokerIdentitySerializer):

@@ -230,7 +230,9 @@ class UnknownBrokers(LookupError):
         self.names = names
 
 
-def _target_groups(cluster_name: str | None, broker_names: list[str] | None) -> list[BrokerGroup]:
+def target_groups(cluster_name: str | None, broker_names: list[str] | None) -> list[BrokerGroup]:
+    """The broker sets a topic change goes to (``broker_names``, else every set of ``cluster_name``),
+    by name; UnknownBrokers names what is not there. Read again under lock by the change itself."""
     if broker_names:
         rows = list(BrokerGroup.objects.filter(broker_name__in=broker_names).order_by("broker_name"))
         missing = sorted(set(broker_names) - {r.broker_name for r in rows})
@@ -241,6 +243,22 @@ def _target_groups(cluster_name: str | None, broker_names: list[str] | None) -> 
     if not rows:
         raise UnknownBrokers([f"cluster {cluster_name}"])
     return rows
+
+
+def update_topic(request: Mapping) -> list[str]:
+    """``create_or_update_topic`` for a checked request (the fields of ``TopicUpdateSerializer``:
+    ``topicName, readQueueNums, writeQueueNums, perm, topicSysFlag, attributes?`` and one of
+    ``clusterName`` / ``brokerNames``), as REST and the dashboard take it."""
+    return create_or_update_topic(
+        request["topicName"],
+        read_queue_nums=request["readQueueNums"],
+        write_queue_nums=request["writeQueueNums"],
+        perm=request["perm"],
+        topic_sys_flag=request["topicSysFlag"],
+        attributes=request.get("attributes"),
+        cluster_name=request.get("clusterName"),
+        broker_names=request.get("brokerNames"),
+    )
 
 
 def create_or_update_topic(
@@ -262,7 +280,7 @@ def create_or_update_topic(
     """
     with transaction.atomic():
         _after_commit(route_cache.registry_changed)
-        rows = _target_groups(cluster_name, broker_names)
+        rows = target_groups(cluster_name, broker_names)
         locked = list(BrokerGroup.objects.select_for_update().filter(id__in=[r.id for r in rows]).order_by("id"))
         current = dict(TopicQueue.objects.filter(topic=topic, group__in=locked).values_list("group_id", "attributes"))
         for row in locked:

@@ -15,13 +15,14 @@ from controlplane.openapi import AUTH, BODY, errors
 from controlplane.topic_attributes import TOPIC_MESSAGE_TYPES
 from controlplane.validation_drf import checked_param, name_parameter
 
-from . import responses, selectors, services, settings_store, static_topics, water_levels, wire
+from . import broker_status, responses, selectors, services, settings_store, static_topics, water_levels, wire
 from .core.config import DEFAULTS as CONFIG_DEFAULTS
 from .core.config import SCHEMA as CONFIG_SCHEMA
 from .core.registry import RegisterOutcome
 from .serializers import (
     TOPIC_DELETE_MAX_BROKERS,
     WATER_LEVELS_SCHEMA,
+    BrokerStatusQuerySerializer,
     HeartbeatSerializer,
     MemberGroupQuerySerializer,
     MigrationSerializer,
@@ -239,16 +240,7 @@ class TopicListView(APIView):
         d = s.validated_data
         caller_of(request).check(clusters=[d.get("clusterName")], broker_sets=d.get("brokerNames") or [])
         try:
-            names = services.create_or_update_topic(
-                d["topicName"],
-                read_queue_nums=d["readQueueNums"],
-                write_queue_nums=d["writeQueueNums"],
-                perm=d["perm"],
-                topic_sys_flag=d["topicSysFlag"],
-                attributes=d.get("attributes"),
-                cluster_name=d.get("clusterName"),
-                broker_names=d.get("brokerNames"),
-            )
+            names = services.update_topic(d)
         except services.UnknownBrokers as exc:
             raise _unknown_brokers(exc) from None
         return Response(_ok(topicName=d["topicName"], brokerNames=names))
@@ -423,3 +415,80 @@ class MigrationView(APIView):
         except static_topics.StaticTopicRefused as exc:
             raise _refused(exc) from None
         return Response(_ok(**wire.migration(done, static_topics.FILE_RESERVED_HOURS)))
+
+
+# --- broker status, consumer progress, topic status (nameserver/broker_status.py) ---------------------
+
+_REPORT_NOTE = (
+    "From the brokers' own status reports (the broker_status frame, every brokerStatusReportInterval, "
+    "2 s by default); stale: no report for three intervals."
+)
+
+
+def _bound(request) -> str | None:
+    return caller_of(request).bound_cluster or None  # a bound token sees its cluster only
+
+
+class BrokerStatusView(APIView):
+    @extend_schema(
+        operation_id="getBrokerStatus",
+        parameters=[BrokerStatusQuerySerializer],
+        responses={200: responses.BrokerStatusAnswer, **errors(400, *AUTH, why={404: "No report: 211 BROKER_NOT_EXIST."})},
+        description="mqadmin brokerStatus / getBrokerConfig: each broker's runtime status, its configuration "
+        "(secrets left out) and the keys updateBrokerConfig may change. " + _REPORT_NOTE,
+    )
+    def get(self, request):
+        query = BrokerStatusQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        name, broker_id = query.validated_data["brokerName"], query.validated_data.get("brokerId")
+        caller_of(request).check(broker_sets=[name])
+        rows = broker_status.reports(name, broker_id, _bound(request))
+        if not rows:
+            which = f"broker set {name}" + (f" id {broker_id}" if broker_id is not None else "")
+            raise ApiError(ResponseCode.BROKER_NOT_EXIST, f"no status report from {which}", 404)
+        return Response({"brokers": rows})
+
+
+class ConsumerGroupsView(APIView):
+    @extend_schema(
+        operation_id="getConsumerGroups",
+        responses={200: responses.ConsumerGroupsAnswer, **errors(*AUTH)},
+        description="mqadmin consumerProgress without a group: every consumer group the serving brokers hold, "
+        "with its topics, queue count, summed committed and max offsets, and total lag. " + _REPORT_NOTE,
+    )
+    def get(self, request):
+        return Response({"groups": broker_status.consumer_groups(_bound(request))})
+
+
+class ConsumerGroupView(APIView):
+    @extend_schema(
+        operation_id="getConsumerProgress",
+        parameters=[name_parameter("group", OpenApiParameter.PATH)],
+        responses={
+            200: responses.ConsumerProgressAnswer,
+            **errors(400, *AUTH, why={404: "No broker holds this group: 26 SUBSCRIPTION_GROUP_NOT_EXIST."}),
+        },
+        description="mqadmin consumerProgress -g: per queue the committed offset, the max offset and the lag "
+        "(max - committed). " + _REPORT_NOTE,
+    )
+    def get(self, request, group: str):
+        checked_param("group", group)
+        found = broker_status.consumer_progress(group, _bound(request))
+        if found is None:
+            raise ApiError(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"no broker holds consumer group {group}", 404)
+        return Response(found)
+
+
+class TopicOffsetsView(APIView):
+    @extend_schema(
+        operation_id="getTopicStatus",
+        parameters=[name_parameter("topic", OpenApiParameter.PATH)],
+        responses={200: responses.TopicStatusAnswer, **errors(400, *AUTH, why={404: "No queue reported: 17 TOPIC_NOT_EXIST."})},
+        description="mqadmin topicStatus: each queue's min and max offset, per broker set. " + _REPORT_NOTE,
+    )
+    def get(self, request, topic: str):
+        checked_param("topic", topic)
+        queues = broker_status.topic_offsets(topic, _bound(request))
+        if not queues:
+            raise ApiError(ResponseCode.TOPIC_NOT_EXIST, f"no broker reported a queue of topic {topic}", 404)
+        return Response({"topic": topic, "queues": queues})

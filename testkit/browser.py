@@ -27,3 +27,11 @@ def launch(pw: Any) -> Any:
     if not CHROMIUM.exists():
         raise AssertionError(f"{CHROMIUM} is missing: run `make doctor` (it installs Debian's chromium package)")
     return pw.chromium.launch(executable_path=str(CHROMIUM), args=list(ARGS))
+
+
+def log_in(page: Any, base: str, user: str, password: str) -> None:
+    """Log ``page`` in to the dashboard at ``base`` through its login form."""
+    page.goto(f"{base}/accounts/login/")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit], input[type=submit]")

@@ -254,6 +254,7 @@ BINDINGS = {
 RULES_OUTSIDE_THE_SCHEMA = {
     "isolateBroker": "a brokerId that is not in the named set: 400 + 29 (docs/api.md, Operations)",
     "unisolateBroker": "a brokerId that is not in the named set: 400 + 29 (docs/api.md, Operations)",
+    "runFailoverDrill": "a brokerId that is no replica of the named set, or is its master: 400 + 29 (docs/failover.md)",
     "brokerHeartbeat": "waterLevels.brokerName is the heartbeat's brokerName; slave brokerIds are unique (docs/websocket.md)",
     "registerBroker": "topicConfigTable's keys are topic names (OpenAPI 3.0 lacks propertyNames), each entry's topicName its key",
     "updateStaticTopic": "each broker set once: 400 + 29 (docs/static-topics.md)",

@@ -91,3 +91,14 @@ def test_the_entry_point_runs_as_a_process_and_says_what_is_missing(plane):
         timeout=60,
     )
     assert down.returncode == 1 and "cannot reach the control plane at http://127.0.0.1:9" in down.stderr
+
+
+def test_the_console_script_runs_from_anywhere(plane, tmp_path):
+    """``rmqha`` as pip installed it (pyproject's [project.scripts]), started outside the checkout."""
+    base, admin, _ = plane
+    script = os.path.join(os.path.dirname(sys.executable), "rmqha")
+    env = {**os.environ, "RMQHA_TOKEN": admin, "PYTHONPATH": ""}
+    listed = subprocess.run(
+        [script, "--url", base, "clusterList"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert listed.returncode == 0 and "cli-a" in listed.stdout, listed.stderr

@@ -15,7 +15,7 @@ from tests.nameserver.test_websocket import call, connected
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 EACH_APPS_FRAMES = {
-    "nameserver": {"register", "heartbeat", "unregister", "get_broker_member_group", "static_topic_sealed"},
+    "nameserver": {"register", "heartbeat", "unregister", "get_broker_member_group", "static_topic_sealed", "broker_status"},
     "controller": {
         "controller_heartbeat",
         "get_next_broker_id",
@@ -26,6 +26,7 @@ EACH_APPS_FRAMES = {
         "get_replica_info",
     },
     "audits": {"offset_events"},
+    "ground": {"rpc_reply"},  # brokers' answers to the control plane's requests (controlplane/broker_rpc.py)
 }
 
 
@@ -35,6 +36,7 @@ def test_every_app_registered_its_frames_when_it_was_ready():
     assert {owners[t] for t in EACH_APPS_FRAMES["nameserver"]} == {"nameserver.frames"}
     assert {owners[t] for t in EACH_APPS_FRAMES["controller"]} == {"controlplane.controller.frames"}
     assert {owners[t] for t in EACH_APPS_FRAMES["audits"]} == {"audits.frames"}
+    assert {owners[t] for t in EACH_APPS_FRAMES["ground"]} == {"controlplane.broker_rpc"}
 
 
 def test_a_second_handler_for_a_taken_frame_type_is_refused():

@@ -5,6 +5,10 @@ lightweight heartbeat every brokerHeartbeatInterval, a full registration every
 registerNameServerPeriod, and pushed frames applied as they come (topic updates are stored and
 registered at once, so routes follow within a round trip). The connection is retried with
 exponential backoff (100 ms doubling to 1 s, jittered); every call has a timeout.
+
+Requests (a pushed frame whose payload carries a ``requestId``, controlplane/broker_rpc.py) are
+answered with one ``rpc_reply`` frame: ``{"requestId", "ok": true, "result"}`` or ``{"requestId",
+"ok": false, "error": {"code", "name", "detail", "fields"?}}``; the handlers are ``on_request``'s.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from urllib.parse import urlsplit
 
 import websockets
 
-from controlplane.codes import CLOSE_BROKER_RECONNECTING  # pure, standard library only
+from controlplane.codes import CLOSE_BROKER_RECONNECTING, ResponseCode  # pure, standard library only
 from controlplane.topic_attributes import parse_attributes  # pure, standard library only
 
 from ..config import BrokerConfig
@@ -40,6 +44,28 @@ class ControlPlaneError(RuntimeError):
     pass
 
 
+class RequestRefused(Exception):
+    """A request handler's refusal, answered as ``{"ok": false, "error": {...}}`` (codes:
+    controlplane.codes.ResponseCode)."""
+
+    def __init__(self, code: int, name: str, detail: str, fields: dict | None = None):
+        super().__init__(f"{code} {name}: {detail}")
+        self.code, self.name, self.detail, self.fields = int(code), name, detail, fields
+
+    @classmethod
+    def of(cls, code: ResponseCode, detail: str, fields: dict | None = None) -> RequestRefused:
+        return cls(code, code.name, detail, fields)
+
+    def wire(self) -> dict:
+        error = {"code": self.code, "name": self.name, "detail": self.detail}
+        if self.fields:
+            error["fields"] = self.fields
+        return error
+
+
+REPLY_DETAIL_MAX = 200  # an unexpected failure's detail: short (the broker's log has the traceback)
+
+
 class NameserverLink:
     def __init__(self, config: BrokerConfig, topics: TopicConfigManager):
         self.config = config
@@ -52,6 +78,9 @@ class NameserverLink:
         self.registered_once = asyncio.Event()
         self.min_broker: dict | None = None
         self.on_push: dict[str, Callable[[dict], Awaitable[None]]] = {}
+        # Requests with an answer (a pushed frame with a requestId): kind -> handler(payload) -> result;
+        # a handler refuses with RequestRefused.
+        self.on_request: dict[str, Callable[[dict], Awaitable[dict]]] = {}
         self._background: set[asyncio.Task] = set()
         self.on_registered: Callable[[dict], None] | None = None  # sees every registration answer
         # Controller mode: the id this broker registers with (0 as master, its controller id as a
@@ -190,7 +219,9 @@ class NameserverLink:
                     if fut is not None and not fut.done():
                         fut.set_result(frame)
                     continue
-                asyncio.get_running_loop().create_task(self._handle_push(kind, frame.get("payload") or {}))
+                task = asyncio.get_running_loop().create_task(self._handle_push(kind, frame.get("payload") or {}))
+                self._background.add(task)  # held (a task nobody references may be collected) and cancelled at stop
+                task.add_done_callback(self._background.discard)
         finally:
             # No answer comes on a closed socket: a call waiting for one fails now rather than at its
             # timeout (10 s of silence, long enough for the controller to take this broker for dead).
@@ -203,6 +234,9 @@ class NameserverLink:
         self._waiters.clear()
 
     async def _handle_push(self, kind: str, payload: dict) -> None:
+        if isinstance(payload, dict) and "requestId" in payload:
+            await self._answer(kind, payload)
+            return
         try:
             if kind == "update_topic":
                 tc = TopicConfig(
@@ -225,6 +259,26 @@ class NameserverLink:
                 await handler(payload)
         except Exception:
             log.exception("handling pushed %s failed", kind)
+
+    async def _answer(self, kind: str, payload: dict) -> None:
+        """Run the request's handler and send its ``rpc_reply``; an unknown kind is refused (3), an
+        unexpected failure answered as SYSTEM_ERROR with a short detail (and logged)."""
+        request_id = payload["requestId"]
+        handler = self.on_request.get(kind)
+        try:
+            if handler is None:
+                raise RequestRefused.of(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"this broker takes no {kind[:64]!r} request")
+            reply = {"requestId": request_id, "ok": True, "result": await handler(payload)}
+        except RequestRefused as exc:
+            reply = {"requestId": request_id, "ok": False, "error": exc.wire()}
+        except Exception as exc:
+            log.exception("request %s (%s) failed", kind, request_id)
+            detail = f"{kind} failed: {type(exc).__name__}: {exc}"[:REPLY_DETAIL_MAX]
+            reply = {"requestId": request_id, "ok": False, "error": RequestRefused.of(ResponseCode.SYSTEM_ERROR, detail).wire()}
+        try:
+            await self.call("rpc_reply", reply)
+        except Exception as exc:  # the control plane answers the operator "unreachable" at its timeout
+            log.warning("could not answer request %s (%s): %s", kind, request_id, exc)
 
     def register_soon(self) -> None:
         """Register now (topic configs changed) without waiting; if the link is down, the next

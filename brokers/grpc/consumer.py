@@ -379,7 +379,6 @@ class ConsumerSide(LogicalSide):
         end = self.store.max_queue_offset(topic, queue_id)
         if state.pop_offset <= end:
             return
-        state = self.pop.queue(group, topic, queue_id)
         log.warning(
             "consumer offset of group %s on %s/%d (%d) is beyond the queue's end (%d): corrected to %d (OFFSET_OVERFLOW)",
             group,
@@ -389,9 +388,26 @@ class ConsumerSide(LogicalSide):
             end,
             end,
         )
-        state.reset(end)
-        await self._record("reset", group=group, topic=topic, queueId=queue_id, offset=end)
-        self._committed(group, topic, queue_id, end, "offset_corrected")
+        await self._reset_held(group, topic, queue_id, end, "offset_corrected")
+
+    async def reset_queue(self, group: str, topic: str, queue_id: int, offset: int, source: str) -> None:
+        """An operator's reset (the serving master): the group consumes the queue from ``offset`` on.
+        Taken under the queue's lock, so a pop in progress ends first and the next one starts there;
+        what was in flight is forgotten (its receipt handles are refused as expired, nothing of it is
+        revived: a message below ``offset`` is skipped, one at or above it is delivered again). NotStored
+        when its record was not stored."""
+        await self._ensure_group(group)  # a replica refuses a record for a group it never heard of
+        async with self._locks[(group, topic, queue_id)]:
+            await self._reset_held(group, topic, queue_id, offset, source)
+
+    async def _reset_held(self, group: str, topic: str, queue_id: int, offset: int, source: str) -> None:
+        """Start the queue again at ``offset`` and record it; the caller holds the queue's lock. The
+        state changes before its record is queued, with no await in between, as every other change
+        here: the records reach the log in the order the changes were made (an ack of this queue may
+        run meanwhile, brokers/pop.py), so every replica replays what this one did."""
+        self.pop.queue(group, topic, queue_id).reset(offset)
+        await self._record("reset", group=group, topic=topic, queueId=queue_id, offset=offset)
+        self._committed(group, topic, queue_id, offset, source)
 
     def _client_message(self, m: Message, handle: ReceiptHandle, attempt: int, invisible_ms: int, queue_id: int) -> pb.Message:
         out = client_message(m, m.properties.get("ORIGIN_TOPIC", m.topic), queue_id, SYSTEM_KEYS)
@@ -503,13 +519,16 @@ class ConsumerSide(LogicalSide):
         policy = request.query_offset_policy
         if policy == pb.QueryOffsetPolicy.END:
             return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=end)
-        first = await self._first_offset(topic, queue_id, end)
         if policy == pb.QueryOffsetPolicy.BEGINNING:
-            return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=first)
+            return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=await self.first_offset(topic, queue_id, end))
         wanted = request.timestamp.seconds * 1000 + request.timestamp.nanos // 10**6
-        return spb.QueryOffsetResponse(
-            status=_status(pb.Code.OK), offset=await self.offset_by_time(topic, queue_id, first, end, wanted)
-        )
+        return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=await self.search_offset(topic, queue_id, wanted))
+
+    async def search_offset(self, topic: str, queue_id: int, wanted: int) -> int:
+        """RocketMQ's searchOffset: the first message stored at ``wanted`` (ms) or later, else the
+        queue's max offset (QueryOffset by time; an operator's reset to a time)."""
+        end = self.store.max_queue_offset(topic, queue_id)
+        return await self.offset_by_time(topic, queue_id, await self.first_offset(topic, queue_id, end), end, wanted)
 
     async def offset_by_time(self, topic: str, queue_id: int, lo: int, hi: int, wanted: int) -> int:
         """The first offset in [lo, hi) whose message was stored at ``wanted`` (ms) or later; hi if none."""
@@ -525,7 +544,8 @@ class ConsumerSide(LogicalSide):
                 hi = mid
         return lo
 
-    async def _first_offset(self, topic: str, queue_id: int, end: int) -> int:
+    async def first_offset(self, topic: str, queue_id: int, end: int) -> int:
+        """The queue's min offset: its first message's (``end``, its max offset, if it has none)."""
         msgs = await self.store.get_messages(topic, queue_id, 0, 1)  # holes (size 0) are skipped
         return msgs[0].queue_offset if msgs else end
 

@@ -169,6 +169,13 @@ class HAService:
         )
         self.client.start()
 
+    def config_changed(self) -> None:
+        """An operator changed quorum settings (update_broker_config, brokers/admin.py): the next send
+        counts with them (a send already waiting keeps the count it started with); a controller-mode
+        master follows allAckInSyncStateSet at once (its confirm offset)."""
+        self.quorum = quorum_config(self.config)
+        self._update_confirm_offset()
+
     def set_sync_state_set(self, members: set[int]) -> None:
         """Apply a controller-confirmed SyncStateSet; ends a proposal in flight (§2.2)."""
         self.sync_state_set = set(members)

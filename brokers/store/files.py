@@ -8,11 +8,15 @@ from pathlib import Path
 
 
 def write_json_atomically(path: Path, body: object) -> None:
+    write_text_atomically(path, json.dumps(body))
+
+
+def write_text_atomically(path: Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(body, f)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

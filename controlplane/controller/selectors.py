@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 from controlplane.isolation import isolated_addrs
 
 from . import liveness
@@ -80,3 +83,16 @@ def election_preview(broker_name: str, broker_id: int | None) -> ElectionPreview
     if state is None:
         return None
     return preview_election(state, live_view(state), broker_id, enable_unclean=current_config().enable_elect_unclean_master)
+
+
+def metadata(host: str) -> dict:
+    """CONTROLLER_GET_METADATA_INFO (1005) as this process answers it: Postgres is the consensus point,
+    so every control-plane process is a leader (brokers may call any of them). ``host``: how the
+    caller reached this process."""
+    return {
+        "group": "postgres",
+        "controllerLeaderId": f"{socket.gethostname()}:{os.getpid()}",
+        "controllerLeaderAddress": host,
+        "isLeader": True,
+        "peers": "",
+    }

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -235,18 +232,7 @@ class MetadataView(APIView):
         "control-plane process is a leader: brokers may call any of them.",
     )
     def get(self, request):
-        me = f"{socket.gethostname()}:{os.getpid()}"
-        return Response(
-            {
-                "code": 0,
-                "name": "SUCCESS",
-                "group": "postgres",
-                "controllerLeaderId": me,
-                "controllerLeaderAddress": request.get_host(),
-                "isLeader": True,
-                "peers": "",
-            }
-        )
+        return Response({"code": 0, "name": "SUCCESS", **selectors.metadata(request.get_host())})
 
 
 class HistoryView(APIView):

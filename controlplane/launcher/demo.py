@@ -44,6 +44,12 @@ def cmd_demo(port: int) -> int:
         )
         if not has_token_cmd:
             log("manage.py create_api_token does not exist yet; no demo broker token was made")
+        # An admin token for the command line (rmqha, docs/cli.md): written to its file only, never printed.
+        admin_token_path = DATA_DIR / "demo-admin.token"
+        manage(
+            "create_api_token --name demo-admin --scope admin --if-missing --write-to".split() + [str(admin_token_path)],
+            allow_unknown=True,
+        )
 
         ensure_port_free(port)  # re-check: setup took a while
         env = child_env()
@@ -63,7 +69,7 @@ def cmd_demo(port: int) -> int:
 
         brokers = start_demo_brokers(base, token_path, env) if token_path.exists() else []
         children += [b.process for b in brokers]
-        print(ready_banner(base, token_path), flush=True)
+        print(ready_banner(base, token_path, admin_token_path), flush=True)
         if brokers:
             grpc = ", ".join(f"{b.process.name} gRPC 127.0.0.1:{b.grpc_port}" for b in brokers)
             print(

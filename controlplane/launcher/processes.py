@@ -92,8 +92,9 @@ def wait_healthy(url: str, watched: Sequence[Watched]) -> None:
         ) from None
 
 
-def ready_banner(base: str, token_path: Path) -> str:
-    """The block a demo user needs: where to click, who to log in as, where the broker token is."""
+def ready_banner(base: str, token_path: Path, admin_token_path: Path | None = None) -> str:
+    """The block a demo user needs: where to click, who to log in as, where the broker token is, how
+    to run the command line."""
     password_file = DATA_DIR / "operator-password"
     login = "operator"
     if password_file.exists():
@@ -106,6 +107,9 @@ def ready_banner(base: str, token_path: Path) -> str:
         ("Broker token", token),
         ("Logs", f"{display_path(LOG_DIR)}/"),
     ]
+    if admin_token_path is not None and admin_token_path.exists():
+        rmqha = f"RMQHA_URL={base} .venv/bin/rmqha --token-file {display_path(admin_token_path)}"
+        rows.append(("Command line", f"{rmqha} clusterList"))
     rule = "=" * 72
     body = "\n".join(f"  {label:<13} {value}" for label, value in rows)
     title = "RocketMQ HA control plane demo is running"

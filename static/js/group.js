@@ -265,11 +265,13 @@
   let pending = null; // the action the confirm button runs
   let previewSeq = 0;
 
-  function ask(title, body, action, { elect = false } = {}) {
+  function ask(title, body, action, { elect = false, clean = false, drill = false } = {}) {
     $("dialog-title").textContent = title;
     $("dialog-body").textContent = body;
     $("elect-options").hidden = !elect;
-    $("confirm-action").disabled = false;
+    $("clean-options").hidden = !clean;
+    $("drill-options").hidden = !drill;
+    $("confirm-action").disabled = clean || drill; // these wait for their preview
     pending = action;
     dialog.showModal();
   }
@@ -289,10 +291,25 @@
       head.className = "head " + (ok ? "ok" : "bad");
       result.dataset.ok = String(ok);
       pre.textContent = JSON.stringify(answer, null, 2);
+      return ok ? answer : null;
     } catch (err) {
       head.textContent = `${label}: failed (${err.message})`;
       head.className = "head bad";
       result.dataset.ok = "false";
+      return null;
+    }
+  }
+
+  // Both directions stay reachable without waiting for the live update: the answer flips the buttons.
+  function showIsolated(brokerId, isolated) {
+    const isolateButton = $(`isolate-${brokerId}`);
+    const unisolateButton = $(`unisolate-${brokerId}`);
+    if (isolateButton) isolateButton.hidden = isolated;
+    if (unisolateButton) unisolateButton.hidden = !isolated;
+    const row = rowOf(brokerId);
+    if (row) {
+      Live.setText(cell(row, "isolated"), isolated ? "yes" : "no");
+      cell(row, "isolated").classList.toggle("bad", isolated);
     }
   }
 
@@ -361,7 +378,10 @@
         isolated
           ? `Broker ${brokerId} leaves the topic routes, stops taking writes and is no candidate in elections.`
           : `Broker ${brokerId} returns to the topic routes and to elections.`,
-        () => run(isolated ? `Isolate ${brokerId}` : `Un-isolate ${brokerId}`, page.actions.isolate, { brokerId, isolated }));
+        async () => {
+          const answer = await run(isolated ? `Isolate ${brokerId}` : `Un-isolate ${brokerId}`, page.actions.isolate, { brokerId, isolated });
+          if (answer && answer.after) showIsolated(brokerId, answer.after.isolated);
+        });
     });
   }
 
@@ -371,6 +391,109 @@
   $("add-write-perm").addEventListener("click", () => ask("Add write permission",
     `Topics of ${page.brokerName} take writes again.`,
     () => run("Add write permission", page.actions.writePerm, { writable: true })));
+
+  // A preview's lines ([class, text, id?]) in place of what the box showed.
+  function paragraphs(box, lines) {
+    box.innerHTML = "";
+    for (const [cls, text, id] of lines) {
+      const p = document.createElement("p");
+      p.className = cls;
+      p.textContent = text;
+      if (id) p.id = id;
+      box.append(p);
+    }
+  }
+
+  // Clean broker metadata: the controller's own rule previews what would go (or why it refuses)
+  // each time the ticked replicas change; Confirm only follows a preview it would carry out.
+  const cleanIds = () => [...document.querySelectorAll("#clean-options input[type=checkbox]:checked")].map((c) => Number(c.value));
+  let cleanSeq = 0;
+
+  async function previewClean() {
+    const seq = ++cleanSeq;
+    const box = $("clean-preview");
+    $("confirm-action").disabled = true;
+    paragraphs(box, [["muted", "Asking the controller what would be removed…"]]);
+    const { status, answer } = await post(page.actions.clean, { brokerIds: cleanIds(), preview: true });
+    if (seq !== cleanSeq) return;
+    if (status >= 300) {
+      paragraphs(box, [["bad", `No preview (HTTP ${status}): ${answer.detail || "error"}`]]);
+    } else if (!answer.ok) {
+      paragraphs(box, [["bad", `Refused by the controller (${answer.result}): ${answer.detail}`, "clean-refused"]]);
+    } else {
+      const removed = answer.removed.map((r) => `${r.brokerId} (${r.address})`).join(", ");
+      const lines = [["", answer.dropsSet ? `The whole set goes: ${removed}. Its epochs start again.` : `Removed: ${removed || "nothing"}`]];
+      if (answer.masterCleared) lines.push(["warning", "The master's id is removed: the set has no master until an election."]);
+      if (answer.after && !answer.dropsSet) lines.push(["muted", `SyncStateSet after: ${Live.idSet(answer.after.syncStateSet)}`]);
+      paragraphs(box, lines);
+      $("confirm-action").disabled = false;
+    }
+  }
+
+  const cleanButton = $("clean-button");
+  if (cleanButton) {
+    cleanButton.addEventListener("click", () => {
+      for (const box of document.querySelectorAll("#clean-options input[type=checkbox]")) box.checked = false;
+      ask("Clean broker metadata", `Remove replicas of ${page.brokerName} from the controller's metadata ` +
+        "(cleanBrokerData). A replica still heartbeating is refused.", () => {
+        const ids = cleanIds();
+        return run(ids.length ? `Clean ${ids.join(", ")}` : "Clean the whole set", page.actions.clean, { brokerIds: ids });
+      }, { clean: true });
+      previewClean();
+    });
+    for (const box of document.querySelectorAll("#clean-options input[type=checkbox]")) box.addEventListener("change", previewClean);
+  }
+
+  // Failover drill: the preview names who takes over and the data at risk (or why it is refused);
+  // the run answers once the new master serves, with the RTO it measured, and joins the drills table.
+  let drillSeq = 0;
+  const drillTarget = () => ($("drill-target").value === "" ? null : Number($("drill-target").value));
+
+  async function previewDrill() {
+    const seq = ++drillSeq;
+    $("confirm-action").disabled = true;
+    paragraphs($("drill-preview"), [["muted", "Asking the controller who would take over…"]]);
+    const { status, answer } = await post(page.actions.drill, { brokerId: drillTarget(), preview: true });
+    if (seq !== drillSeq) return;
+    if (status >= 300) {
+      paragraphs($("drill-preview"), [["bad", `Refused (HTTP ${status}): ${answer.detail || "error"}`, "drill-refused"]]);
+      return;
+    }
+    const risk = answer.dataAtRiskBytes === null ? "unknown" : `${Live.grouped(answer.dataAtRiskBytes)} bytes`;
+    paragraphs($("drill-preview"), [
+      ["", `Replica ${answer.toBrokerId} (${answer.toBrokerAddr}) takes over from ${answer.fromBrokerId} at epoch ${answer.masterEpoch + 1}.`],
+      [answer.dataAtRiskBytes ? "warning" : "", `Data at risk: ${risk} (its lag behind the master, from ${answer.figuresFrom}).`],
+      ["muted", "Writes pause until the new master serves; the drill measures how long (the RTO)."],
+    ]);
+    $("confirm-action").disabled = false;
+  }
+
+  function addDrillRow(d) {
+    const grouped = (v) => (v === null || v === undefined ? "—" : Live.grouped(v));
+    const cells = [Live.msTime(Date.parse(d.startedAt)), d.actor, `${d.fromBrokerId} → ${d.toBrokerId}`,
+      `${d.oldEpoch} → ${d.newEpoch ?? "—"}`, grouped(d.rtoMs), grouped(d.dataAtRiskBytes), grouped(d.dataLostBytes), d.outcome];
+    const row = prependRow("drills", d.newEpoch ?? "", cells);
+    row.dataset.drillId = d.id;
+    row.title = d.detail;
+  }
+
+  const drillButton = $("drill-button");
+  if (drillButton) {
+    drillButton.addEventListener("click", () => {
+      $("drill-target").value = "";
+      ask("Failover drill", `Switch ${page.brokerName} over to an in-sync replica on purpose and measure the RTO ` +
+        "and the data at risk.", async () => {
+        const answer = await run("Failover drill", page.actions.drill, { brokerId: drillTarget() });
+        if (answer) {
+          logResult(`drill ${answer.outcome}: RTO ${answer.rtoMs ?? "—"} ms, data at risk ${answer.dataAtRiskBytes ?? "unknown"} bytes, ` +
+            `lost ${answer.dataLostBytes ?? "unknown"} bytes — ${answer.detail}`, answer.outcome === "ok" ? "ok" : "bad");
+          addDrillRow(answer);
+        }
+      }, { drill: true });
+      previewDrill();
+    });
+    $("drill-target").addEventListener("change", previewDrill);
+  }
 
   $("cancel-action").addEventListener("click", () => {
     pending = null;

@@ -6,13 +6,12 @@ mapping but no buttons, and the action endpoint refuses it. Screenshots go to te
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, User
 from playwright.sync_api import expect, sync_playwright
 
 from controlplane.models import ApiToken, OperatorAction
-from dashboards.permissions import OPERATORS_GROUP
 from testkit import browser as browsers
 from testkit.static_topics import create, mapping
+from tests.dashboards.admin_helpers import OPERATOR_LOGIN, VIEWER_LOGIN, browser_users
 from tests.nameserver.helpers import register_over_rest
 from tests.procs import ARTIFACTS, uvicorn_server
 
@@ -21,19 +20,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 SETS = {"page-a": "127.0.0.1:10911", "page-b": "127.0.0.1:10921", "page-c": "127.0.0.1:10931"}
 
 
-def log_in(page, base: str, user: str, password: str) -> None:
-    page.goto(f"{base}/accounts/login/")
-    page.fill("input[name=username]", user)
-    page.fill("input[name=password]", password)
-    page.click("button[type=submit], input[type=submit]")
-
-
 def test_an_operator_previews_and_applies_a_move_and_a_viewer_cannot(tmp_path):
     broker = ApiToken.issue("page-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue('page-admin', 'admin')[1]}"}
-    operator = User.objects.create_user("ops", password="a-long-operator-password")
-    operator.groups.add(Group.objects.get_or_create(name=OPERATORS_GROUP)[0])
-    User.objects.create_user("viewer", password="a-long-viewer-password")
+    browser_users()
     shots = ARTIFACTS / "dashboard"
     shots.mkdir(parents=True, exist_ok=True)
     with uvicorn_server() as base:
@@ -47,7 +37,7 @@ def test_an_operator_previews_and_applies_a_move_and_a_viewer_cannot(tmp_path):
             browser = browsers.launch(pw)
             try:
                 page = browser.new_page()
-                log_in(page, base, "ops", "a-long-operator-password")
+                browsers.log_in(page, base, *OPERATOR_LOGIN)
                 page.goto(f"{base}/static-topics/")
                 section = page.locator("section.static-topic[data-topic=Orders]")
                 expect(section.locator(".epoch")).to_have_text("1")
@@ -88,7 +78,7 @@ def test_an_operator_previews_and_applies_a_move_and_a_viewer_cannot(tmp_path):
                 assert epoch() == 2
 
                 viewer = browser.new_page()
-                log_in(viewer, base, "viewer", "a-long-viewer-password")
+                browsers.log_in(viewer, base, *VIEWER_LOGIN)
                 viewer.goto(f"{base}/static-topics/")
                 expect(viewer.locator("section.static-topic[data-topic=Orders]")).to_contain_text("page-c/q0")
                 expect(viewer.locator("form.remap")).to_have_count(0)

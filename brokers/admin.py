@@ -1,0 +1,322 @@
+"""What an operator sees of a running broker and changes on it (issue 20; docs/websocket.md, "Broker
+status and requests"): the ``broker_status`` report every brokerStatusReportInterval (status,
+configuration, the topics' queue offsets, the consumer offsets), and the control plane's requests
+``update_broker_config`` (mqadmin updateBrokerConfig) and ``reset_offset`` (resetOffsetByTime).
+
+The checks of a configuration change are brokers/config.py's (the same as broker.conf's); a reset
+is carried out by brokers/grpc/consumer.py (``reset_queue``: the queue's lock, a ``reset`` record that
+replicates like every consumer-metadata record, the offset report as ``operator_reset``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from controlplane import validation  # pure, standard library only
+from controlplane.codes import ResponseCode
+
+from .config import (
+    DYNAMIC_KEYS,
+    ConfigInvalid,
+    apply_update,
+    persist_changes,
+    plan_update,
+    reported_values,
+)
+from .control.nameserver import ControlPlaneError, RequestRefused
+from .grpc.consumer import NotStored
+from .meta import MAX_NAME
+from .metalog import MetaMode
+from .pop import now_ms
+from .store import codec
+from .topics import TopicConfig
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("brokers.admin")
+
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # the broker's own topics (consumer metadata, timers): never reported
+OPERATOR_RESET = "operator_reset"  # the offset report's source: the offset audit never counts it
+
+
+def reported_topic(name: str) -> bool:
+    """Not the broker's own, and a name the control plane takes (a retry topic of a long group and
+    topic name may be longer): one row it refuses would refuse the whole report."""
+    return not name.lower().startswith(SYSTEM_TOPIC_PREFIX) and validation.is_name(name)
+
+
+def queue_ids(tc: TopicConfig) -> range:
+    """The queues a topic has on this broker (RocketMQ's resetOffset walks them all)."""
+    return range(max(tc.readQueueNums, tc.writeQueueNums))
+
+
+def problem_fields(problems: list[str]) -> dict[str, list[str]]:
+    """``"key: message"`` problems as a REST error's ``fields``."""
+    fields: dict[str, list[str]] = {}
+    for problem in problems:
+        key, _, message = problem.partition(":")
+        fields.setdefault(key.strip(), []).append(message.strip() or problem)
+    return fields
+
+
+def _invalid(fields: dict[str, list[str]]) -> RequestRefused:
+    detail = "; ".join(f"{key}: {' '.join(messages)}" for key, messages in fields.items())
+    return RequestRefused.of(ResponseCode.INVALID_PARAMETER, detail, fields)
+
+
+def parse_reset(payload: dict) -> tuple[str, str, int | None, int | None, bool]:
+    """(group, topic, timestampMs, offset, preview) of a ``reset_offset`` request; RequestRefused
+    (INVALID_PARAMETER, one message per field) when malformed."""
+    fields: dict[str, list[str]] = {}
+    for key in ("group", "topic"):
+        v = payload.get(key)
+        if not isinstance(v, str) or not 0 < len(v) <= MAX_NAME or "\x00" in v:
+            fields[key] = [f"must be a name of 1-{MAX_NAME} characters"]
+    timestamp, offset = payload.get("timestampMs"), payload.get("offset")
+    if (timestamp is None) == (offset is None):
+        fields["timestampMs"] = ["give exactly one of timestampMs and offset"]
+    elif timestamp is not None and (type(timestamp) is not int or not 0 <= timestamp < 2**63):
+        fields["timestampMs"] = ["must be an integer >= 0 (ms since the epoch)"]
+    elif offset is not None and (type(offset) is not int or not -1 <= offset < 2**63):
+        fields["offset"] = ["must be an integer >= -1 (-1: each queue's max offset)"]
+    preview = payload.get("preview", False)
+    if not isinstance(preview, bool):
+        fields["preview"] = ["must be true or false"]
+    if fields:
+        raise _invalid(fields)
+    return payload["group"], payload["topic"], timestamp, offset, preview
+
+
+class BrokerAdmin:
+    def __init__(self, broker: Broker, config_path: Path | None):
+        """``config_path``: the broker.conf the broker was started from, where changes are kept (None:
+        they last until the process stops)."""
+        self.broker = broker
+        self.config_path = config_path
+        self.started_at_ms = now_ms()
+        # (topic, queueId) -> (the store's truncation count, the queue's first offset): a queue's first
+        # message moves only when the log is cut or restarted, so the report reads it once.
+        self._first_offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        self._updating = asyncio.Lock()  # one configuration change at a time, each from the last one's result
+        # A change an operator made is reported at once: what the pages and rmqha show next is the change.
+        self._report_now = asyncio.Event()
+
+    def requests(self) -> dict:
+        """The handlers for ``NameserverLink.on_request``."""
+        return {"update_broker_config": self.update_broker_config, "reset_offset": self.reset_offset}
+
+    # --- the report -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Report every brokerStatusReportInterval (read each time: an operator may change it) while
+        the control plane is connected; a report that fails is simply the next one's to make."""
+        link = self.broker.nameserver
+        while True:
+            try:
+                await asyncio.wait_for(self._report_now.wait(), self.broker.config.brokerStatusReportInterval / 1000)
+            except TimeoutError:
+                pass
+            self._report_now.clear()
+            if not link.connected.is_set():
+                continue
+            try:
+                await link.call("broker_status", await self.status_report())
+            except (ControlPlaneError, TimeoutError) as exc:
+                log.debug("broker status report failed: %s", exc)
+            except Exception:  # never let the reports stop
+                log.exception("broker status report failed")
+
+    async def status_report(self) -> dict:
+        b = self.broker
+        c, store = b.config, b.store
+        now = now_ms()
+        topics = {name: tc for name, tc in b.topics.topics.items() if reported_topic(name)}
+        offsets = []
+        for key, offset in b.consumer_meta.offsets.offsets.items():
+            group, topic, queue_id = key.rsplit("@", 2)
+            if reported_topic(topic) and validation.is_name(group):
+                offsets.append([group, topic, int(queue_id), offset])
+        return {
+            "clusterName": c.brokerClusterName,
+            "brokerName": c.brokerName,
+            "brokerId": b.nameserver.broker_id,  # the id it registers with (controller mode: its role's)
+            "brokerAddr": c.broker_addr,
+            "status": {
+                "role": b.ha.role.value,
+                "metaMode": b.metalog.mode.value,
+                "masterEpoch": b.ha.epochs.last_epoch(),
+                "writable": b.permission.writable,
+                "writeRefusal": b.permission.refusal(),
+                "isolated": b.permission.facts.isolated,
+                "commitLogMinOffset": store.min_offset,
+                "commitLogMaxOffset": store.max_offset,
+                "confirmOffset": store.confirm_offset,
+                "startedAtMs": self.started_at_ms,
+                "uptimeMs": now - self.started_at_ms,
+                "storeCodec": codec.IMPLEMENTATION,
+                "pid": os.getpid(),
+                "topics": len(topics),
+                "consumerGroups": len(b.consumer_meta.groups),
+            },
+            "config": reported_values(c),
+            "dynamicKeys": sorted(DYNAMIC_KEYS),
+            "queues": await self._queues(topics),
+            "offsets": offsets,
+            "reportedAtMs": now,
+        }
+
+    async def _queues(self, topics: dict[str, TopicConfig]) -> list[list]:
+        store, seen, out = self.broker.store, {}, []
+        for name, tc in sorted(topics.items()):
+            for queue_id in queue_ids(tc):
+                end = store.max_queue_offset(name, queue_id)
+                known = self._first_offsets.get((name, queue_id))
+                if known is not None and known[0] == store.truncations:
+                    first = known[1]
+                else:
+                    first = await self._first_offset(name, queue_id, end)
+                if first < end:  # found a message (an empty queue is looked at again next time)
+                    seen[(name, queue_id)] = (store.truncations, first)
+                out.append([name, queue_id, first, end])
+        self._first_offsets = seen
+        return out
+
+    async def _first_offset(self, topic: str, queue_id: int, end: int) -> int:
+        if end == 0:
+            return 0
+        return await self.broker.grpc_service.first_offset(topic, queue_id, end)
+
+    # --- update_broker_config ---------------------------------------------------------------------
+
+    async def update_broker_config(self, payload: dict) -> dict:
+        """``{"updates": {key: text}, "preview"}`` -> ``{"changed": {key: [old, new]}, "config",
+        "persisted"}``: checked as broker.conf is, applied at once and kept in broker.conf (RocketMQ
+        persists updateBrokerConfig) unless ``preview``; ``persisted`` says whether broker.conf got it."""
+        updates, preview = payload.get("updates"), payload.get("preview", False)
+        fields = {}
+        if not isinstance(updates, dict) or not updates:
+            fields["updates"] = ["must be an object of at least one key and its value"]
+        if not isinstance(preview, bool):
+            fields["preview"] = ["must be true or false"]
+        if fields:
+            raise _invalid(fields)
+        config = self.broker.config
+        async with self._updating:
+            try:
+                update = plan_update(config, updates)
+            except ConfigInvalid as exc:
+                raise _invalid(problem_fields(exc.problems)) from None
+            persisted = False
+            if not preview and update.changed:
+                apply_update(config, update)
+                self._rebuild_derived()
+                log.warning(
+                    "configuration changed by an operator: %s",
+                    ", ".join(f"{key} {old} -> {new}" for key, (old, new) in update.changed.items()),
+                )
+                persisted = await self._persist({key: new for key, (_, new) in update.changed.items()})
+                self._report_now.set()
+        return {
+            "changed": {key: [old, new] for key, (old, new) in update.changed.items()},
+            "config": reported_values(update.config if preview else config),
+            "persisted": persisted,
+        }
+
+    def _rebuild_derived(self) -> None:
+        """The values components derived from the configuration at startup, taken again (the keys
+        they come from are in DYNAMIC_KEYS; every other dynamic key is read at use time)."""
+        b, c = self.broker, self.broker.config
+        b.ha.config_changed()  # QuorumConfig: inSyncReplicas ... slaveTimeout
+        b.metalog.revive_after_takeover_ms = c.popReviveAfterTakeoverMillis
+        if b.grpc_service is not None:
+            transactions = b.grpc_service.transactions
+            transactions.timeout_ms, transactions.check_max = c.transactionTimeOut, c.transactionCheckMax
+
+    async def _persist(self, changes: dict[str, str]) -> bool:
+        if self.config_path is None:
+            log.warning("the configuration change is not kept: this broker was not started from a broker.conf")
+            return False
+        try:
+            await asyncio.to_thread(persist_changes, self.config_path, changes)
+        except OSError as exc:
+            log.warning("the configuration change is applied but not kept in %s: %s", self.config_path, exc)
+            return False
+        return True
+
+    # --- reset_offset -----------------------------------------------------------------------------
+
+    async def reset_offset(self, payload: dict) -> dict:
+        """``{"group", "topic", "timestampMs" | "offset", "preview"}`` -> ``{"applied", "queues":
+        [{"queueId", "committedOffset", "newOffset", "minOffset", "maxOffset"}]}``. By time: RocketMQ's
+        searchOffset (the first message stored at or after it, else the queue's max offset); by
+        offset: clamped into [minOffset, maxOffset], -1 for maxOffset. Only the serving master
+        (metalog WRITER) answers; a preview computes the same and changes nothing."""
+        group, topic, timestamp, offset, preview = parse_reset(payload)
+        b = self.broker
+        grpc = b.grpc_service
+        if b.metalog.mode is not MetaMode.WRITER or grpc is None:
+            raise RequestRefused.of(
+                ResponseCode.SYSTEM_ERROR,
+                f"not the master of {b.config.brokerName} (consumer metadata {b.metalog.mode.value}): "
+                "offsets are reset by the serving master",
+            )
+        tc = b.topics.topics.get(topic)
+        if tc is None or not reported_topic(topic):
+            raise RequestRefused.of(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on {b.config.brokerName}")
+        if grpc.static.get(topic) is not None:
+            raise RequestRefused.of(
+                ResponseCode.INVALID_PARAMETER, f"{topic} is a static topic: its logical queues' offsets are not reset here"
+            )
+        queues = []
+        for queue_id in queue_ids(tc):
+            end = b.store.max_queue_offset(topic, queue_id)
+            first = await self._first_offset(topic, queue_id, end)
+            if timestamp is not None:
+                new = await grpc.search_offset(topic, queue_id, timestamp)
+            else:
+                new = end if offset == -1 else min(max(offset, first), end)
+            queues.append(
+                {
+                    "queueId": queue_id,
+                    "committedOffset": self._committed(group, topic, queue_id),
+                    "newOffset": new,
+                    "minOffset": first,
+                    "maxOffset": end,
+                }
+            )
+        if not preview:
+            for q in queues:
+                if b.metalog.mode is not MetaMode.WRITER:  # deposed meanwhile: its records would not be written
+                    raise RequestRefused.of(
+                        ResponseCode.SYSTEM_ERROR, f"{b.config.brokerName} stopped serving as master during the reset"
+                    )
+                try:
+                    await grpc.reset_queue(group, topic, q["queueId"], q["newOffset"], OPERATOR_RESET)
+                except NotStored as exc:
+                    raise RequestRefused.of(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"the reset of {topic} queue {q['queueId']} was not recorded ({exc.detail or exc.status}); "
+                        "the queues before it were reset",
+                    ) from None
+            log.warning(
+                "consumer offsets of group %s on %s reset by an operator: %s",
+                group,
+                topic,
+                ", ".join(f"{q['queueId']}: {q['committedOffset']} -> {q['newOffset']}" for q in queues),
+            )
+        if not preview:
+            self._report_now.set()
+        return {"applied": not preview, "queues": queues}
+
+    def _committed(self, group: str, topic: str, queue_id: int) -> int | None:
+        """What the group consumes next on the queue (None: it never consumed it here): its pop
+        state's, which the offset table follows within a revive round."""
+        state = self.broker.consumer_meta.pop.queues.get((group, topic, queue_id))
+        if state is not None:
+            return state.acked_below
+        return self.broker.consumer_meta.offsets.get(group, topic, queue_id)

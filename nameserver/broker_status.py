@@ -1,0 +1,182 @@
+"""The latest status report of each broker (the ``broker_status`` frame; rules in
+``nameserver.core.broker_status``), kept in Redis, and the reads made of it: broker status and config
+(mqadmin ``brokerStatus`` / ``getBrokerConfig``), consumer progress (``consumerProgress``) and the
+per-queue min / max offsets of a topic (``topicStatus``).
+
+Per broker two strings, ``ns:bs:<cluster>/<addr>:head`` (status, config, dynamic keys: small, read by
+the broker pages) and ``...:data`` (queues and offsets: read for progress), and one index
+``ns:bs-index`` of members scored by report time. Stamps are Redis's clock, as liveness's are. A
+report lives ``TTL_MILLIS`` after its last refresh: long enough that a dead master's last offsets
+are still shown (as stale) while its set has no master, short enough that a broker gone for good
+leaves the pages on its own.
+"""
+
+from __future__ import annotations
+
+import json
+
+from controlplane.redis import LUA_NOW_MS, async_client, key, sync_client
+
+from . import liveness
+from .core import broker_status as core
+
+TTL_MILLIS = 600_000
+
+# KEYS: head, data, index. ARGV: ttl ms, member, head JSON, data JSON.
+_STORE = (
+    LUA_NOW_MS
+    + """
+local ttl = tonumber(ARGV[1])
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ttl)
+redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
+redis.call('ZADD', KEYS[3], now, ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - ttl))
+return now
+"""
+)
+
+# KEYS: index. ARGV: ttl ms, key prefix, suffix (":head" or ":data"). Returns now, then member,
+# JSON, reportedAtMs for every report still there.
+_READ = (
+    LUA_NOW_MS
+    + """
+local out = {now}
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], now - tonumber(ARGV[1]), '+inf', 'WITHSCORES')) do
+  out[#out + 1] = m
+end
+local res = {now}
+for i = 2, #out, 2 do
+  local body = redis.call('GET', ARGV[2] .. out[i] .. ARGV[3])
+  if body then
+    res[#res + 1] = out[i]
+    res[#res + 1] = body
+    res[#res + 1] = out[i + 1]
+  end
+end
+return res
+"""
+)
+
+
+def _index_key() -> str:
+    return key("ns", "bs-index")
+
+
+def _record_prefix() -> str:
+    return key("ns", "bs", "")
+
+
+def _store_args(report: dict) -> list:
+    member = liveness.member(report["clusterName"], report["brokerAddr"])
+    head = {k: report[k] for k in ("clusterName", "brokerName", "brokerId", "brokerAddr", "status", "config", "dynamicKeys")}
+    data = {"queues": report["queues"], "offsets": report["offsets"]}
+    prefix = _record_prefix() + member
+    return [
+        3,
+        prefix + ":head",
+        prefix + ":data",
+        _index_key(),
+        TTL_MILLIS,
+        member,
+        json.dumps(head, separators=(",", ":")),
+        json.dumps(data, separators=(",", ":")),
+    ]
+
+
+def store(report: dict) -> None:
+    """Keep a checked report (``core.parse_report``) as its broker's latest."""
+    sync_client().eval(_STORE, *_store_args(report))
+
+
+async def store_async(report: dict) -> None:
+    await async_client().eval(_STORE, *_store_args(report))
+
+
+def _read(suffix: str) -> tuple[int, list[tuple[str, dict, int]]]:
+    reply = sync_client().eval(_READ, 1, _index_key(), TTL_MILLIS, _record_prefix(), suffix)
+    now = int(reply[0])
+    return now, [(reply[i], json.loads(reply[i + 1]), int(float(reply[i + 2]))) for i in range(1, len(reply), 3)]
+
+
+def _alive(members: list[str]) -> set[str]:
+    if not members:
+        return set()
+    expired = set(liveness.expired_members())
+    beats = liveness.last_heartbeats(members)
+    return {m for m in members if beats.get(m) is not None and m not in expired}
+
+
+def _in(h: dict, cluster_name: str | None) -> bool:
+    return cluster_name is None or h["clusterName"] == cluster_name
+
+
+def reports(broker_name: str | None = None, broker_id: int | None = None, cluster_name: str | None = None) -> list[dict]:
+    """Every broker's latest status and config (of one set, of one broker of it; of one cluster),
+    sorted by set and id: ``alive`` (its nameserver heartbeats), ``stale`` (no report for three of its
+    intervals)."""
+    now, heads = _read(":head")
+    chosen = [
+        (m, h, at)
+        for m, h, at in heads
+        if (broker_name is None or h["brokerName"] == broker_name)
+        and (broker_id is None or h["brokerId"] == broker_id)
+        and _in(h, cluster_name)
+    ]
+    alive = _alive([m for m, _, _ in chosen])
+    out = [
+        {
+            **h,
+            "alive": m in alive,
+            "stale": core.is_stale(h, at, now),
+            "reportedAtMs": at,
+            "ageMs": max(0, now - at),
+        }
+        for m, h, at in chosen
+    ]
+    return sorted(out, key=lambda r: (r["brokerName"], r["brokerId"], r["brokerAddr"]))
+
+
+def _serving(cluster_name: str | None) -> dict[str, dict]:
+    """Per broker set, the serving broker's whole report (queues and offsets), ``stale`` marked."""
+    now, heads = _read(":head")
+    chosen = core.serving_reports(({**h, "member": m, "reportedAtMs": at} for m, h, at in heads if _in(h, cluster_name)), now)
+    if not chosen:
+        return {}
+    prefix = _record_prefix()
+    bodies = sync_client().mget([prefix + r["member"] + ":data" for r in chosen.values()])
+    out = {}
+    for (name, head), body in zip(chosen.items(), bodies, strict=True):
+        if body is not None:
+            out[name] = {**head, **json.loads(body), "stale": core.is_stale(head, head["reportedAtMs"], now)}
+    return out
+
+
+def consumer_groups(cluster_name: str | None = None) -> list[dict]:
+    """Every consumer group the serving brokers hold, with its topics, queues and total lag."""
+    return core.groups_summary(core.progress(_serving(cluster_name)))
+
+
+def consumer_progress(group: str, cluster_name: str | None = None) -> dict | None:
+    """One group's queues (committed offset, max offset, lag), or None when no broker holds it."""
+    rows = core.progress(_serving(cluster_name), group)
+    if not rows:
+        return None
+    return {"group": group, "lag": sum(p.lag for p in rows), "queues": [p.as_dict() for p in rows]}
+
+
+def topic_offsets(topic: str, cluster_name: str | None = None) -> list[dict]:
+    """The min and max offsets of each queue of ``topic``, per broker set."""
+    return core.topic_queues(_serving(cluster_name), topic)
+
+
+def topic_readers(topic: str, broker_names: set[str] | None = None, cluster_name: str | None = None) -> list[dict]:
+    """The consumer groups with committed offsets on ``topic`` (on the named broker sets), each with
+    its lag there (``topicLag``) and its total lag: one read of the reports, whatever their number."""
+    rows = core.progress(_serving(cluster_name))
+    total: dict[str, int] = {}
+    on_topic: dict[str, int] = {}
+    for p in rows:
+        total[p.group] = total.get(p.group, 0) + p.lag
+        if p.topic == topic and (broker_names is None or p.broker_name in broker_names):
+            on_topic[p.group] = on_topic.get(p.group, 0) + p.lag
+    return [{"group": g, "topicLag": lag, "lag": total[g]} for g, lag in on_topic.items()]
