@@ -21,8 +21,8 @@ venv: $(STAMP)
 
 # Re-installs only when pyproject.toml or the store's C codec changed since the last successful
 # install. pip's cache is kept on purpose (no --no-cache-dir): re-creating the venv must not download
-# everything again. Editable install: [tool.setuptools] packages = [] means only the dependencies get
-# installed and the apps are always imported from this checkout; the install also compiles
+# everything again. Editable install: [tool.setuptools] packages = ["controlplane"] (for the `rmqha`
+# console script) and the apps are always imported from this checkout; the install also compiles
 # brokers/store/_codec.c in place (optional: without a C compiler the store uses its Python codec).
 $(STAMP): pyproject.toml brokers/store/_codec.c
 	@set -e; \
@@ -52,9 +52,12 @@ demo: venv
 	$(PY) -m controlplane.doctor --for demo
 	$(PY) -m controlplane.launcher demo
 
+# Two pytest-xdist workers, a test module at a time each (tests/lanes.py: the Spark audits as one, the
+# e2e modules first); the 20 slowest tests are listed at the end, to see where the time goes.
+TEST_WORKERS ?= 2
 test: venv
 	$(PY) -m controlplane.doctor --for test
-	$(PY) -m controlplane.launcher test $(PYTEST_ARGS)
+	$(PY) -m controlplane.launcher test -n $(TEST_WORKERS) --dist loadfile --durations=20 $(PYTEST_ARGS)
 
 # The unit tier runs with PostgreSQL and Redis out of reach on purpose: a unit test that touches
 # either fails instead of passing on a machine that happens to have them.

@@ -5,8 +5,11 @@ import os
 from controlplane.settings import *  # noqa: F403
 from controlplane.settings import CHANNEL_LAYERS, DATA_DIR
 
-REDIS_KEY_PREFIX = os.environ.get("TEST_REDIS_KEY_PREFIX", "rmqha-test:")
+# Under pytest-xdist each worker (gw0, gw1, ...) has keys of its own, as it has a database of its own
+# (pytest-django suffixes the test database's name): the workers never see each other's state.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+REDIS_KEY_PREFIX = os.environ.get("TEST_REDIS_KEY_PREFIX", f"rmqha-test-{_WORKER}:" if _WORKER else "rmqha-test:")
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = REDIS_KEY_PREFIX + "asgi"
 CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": REDIS_KEY_PREFIX + "celery:"}
-CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "test-celerybeat-schedule")
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / f"test-celerybeat-schedule{_WORKER}")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

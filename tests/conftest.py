@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from controlplane.auth import forget_cached_tokens
 from controlplane.models import ApiToken, TokenScope
+from tests.lanes import pytest_xdist_make_scheduler  # noqa: F401  (how `make test` shares the work: a hook by name)
 from tests.tiers import pytest_collection_modifyitems  # noqa: F401  (the tier check: a hook by name)
 
 
@@ -34,7 +35,9 @@ def redis_reachable() -> None:
         )
 
 
-def _clear_redis() -> None:
+def clear_redis() -> None:
+    """Delete every key of this test run (of this xdist worker): what a Redis restart with nothing on
+    disk leaves of them."""
     client = redis.Redis.from_url(settings.REDIS_URL)
     keys = list(client.scan_iter(settings.REDIS_KEY_PREFIX + "*", count=1000))
     if keys:
@@ -58,7 +61,7 @@ def clean_state(request):
         config_store.invalidate()
 
     request.getfixturevalue("redis_reachable")
-    _clear_redis()
+    clear_redis()
     clear_caches()
     yield
     clear_caches()

