@@ -239,6 +239,9 @@ class Transactions:
             self._half_cursor = self._op_cursor = 0
             await self.store.settled()
             await self._read_new()
+            if self.escape is not None:  # still acting: what it resolved is in no log, and stays resolved
+                for txn, r in self.acting_ops.items():
+                    self._remember(txn, r)
             taken = [(txn, r) for txn, r in self.adopted.items() if txn not in self.resolved]
             if taken and self.escape is None:
                 ops = [op_record(txn, r, self.pending[txn].offset if txn in self.pending else -1) for txn, r in taken]

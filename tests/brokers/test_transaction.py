@@ -162,6 +162,39 @@ def test_a_check_puts_copies_back_for_the_producers_and_discards_after_the_maxim
     run(scenario())
 
 
+def test_an_acting_master_s_resolutions_survive_a_rebuild_of_its_index_and_escape_once(tmp_path):
+    """An acting slave's index is rebuilt from its log whenever it is marked stale (every relay step,
+    brokers/grpc/service.py): what it resolved by escape is in no log, and a retried commit must not
+    be sent to another master again."""
+
+    async def scenario():
+        store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20))
+        await store.start()
+        try:
+            await store.put_messages([half_message(i) for i in range(3)])
+            escaped: list[str] = []
+
+            async def escape(out: list[Message]) -> list[str | None]:
+                escaped.extend(m.properties[TRANSACTION_ID] for m in out)
+                return [None] * len(out)
+
+            acting = Transactions(store, timeout_ms=6_000, check_max=15)
+            acting.escape = escape
+            await acting.end("m0", "Pay", Resolution.COMMIT)
+            await acting.end("m1", "Pay", Resolution.ROLLBACK)
+            acting.loaded = False  # marked stale: rebuilt at its next use
+            await acting.end("m0", "Pay", Resolution.COMMIT)  # the client's retry
+            with pytest.raises(TxnRefused):
+                await acting.end("m1", "Pay", Resolution.COMMIT)
+            assert escaped == ["m0"] and set(acting.pending) == {"m2"}
+            assert acting.acting_ops == {"m0": Resolution.COMMIT, "m1": Resolution.ROLLBACK}
+            assert await messages(store, OP_TOPIC) == []  # nothing written to the acting slave's log
+        finally:
+            await store.shutdown()
+
+    run(scenario())
+
+
 @contextlib.asynccontextmanager
 async def serving_master(tmp_path, halves: int):
     """A store holding ``halves`` half messages (m0, m1, ...) and a master's index of them."""
