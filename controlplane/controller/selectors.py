@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connection, transaction
 
 from controlplane.isolation import isolated_addrs
 
@@ -33,16 +37,33 @@ def state_of(row: ReplicaGroup, replicas=None) -> SyncState:
     )
 
 
+@contextmanager
+def one_snapshot() -> Iterator[None]:
+    """The reads inside see the database as of one moment. A set's state is two queries (its row,
+    then its replicas); read apart, a transition committed between them showed one epoch's
+    SyncStateSet with another's members. Inside a transaction already (a transition reading the
+    row it locked) the reads are left as they are."""
+    if connection.in_atomic_block:
+        yield
+        return
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
+
+
 def replica_info(broker_name: str) -> SyncState | None:
-    row = ReplicaGroup.objects.filter(broker_name=broker_name).first()
-    return state_of(row) if row else None
+    with one_snapshot():
+        row = ReplicaGroup.objects.filter(broker_name=broker_name).first()
+        return state_of(row) if row else None
 
 
 def states(broker_names: list[str] | None = None) -> list[SyncState]:
     rows = ReplicaGroup.objects.prefetch_related("replicas").order_by("broker_name")
     if broker_names is not None:
         rows = rows.filter(broker_name__in=broker_names)
-    return [state_of(r, list(r.replicas.all())) for r in rows]
+    with one_snapshot():
+        return [state_of(r, list(r.replicas.all())) for r in rows]
 
 
 def history(broker_name: str | None = None, limit: int = 200, *, cluster_name: str | None = None):
