@@ -231,7 +231,16 @@ class Broker:
         if self.members is not None:
             self.members.start()
         if self.replicas is not None:
-            self.replicas.start()
+            self.replicas.start()  # a master whose store fails steps down (ReplicasManager)
+        else:
+            self._in_background(self._repair_store_in_place(), "store-repair")
+
+    async def _repair_store_in_place(self) -> None:
+        """Classic mode has no controller to move mastership: a failed store is repaired in place
+        once its disk takes writes again, instead of refusing every send until a restart."""
+        while True:
+            await self.store.failed.wait()
+            await self.store.repair_when_possible()
 
     async def _go_online(self) -> None:
         """The end of pre-online: a master records its (possibly adopted) state, takes writes, registers."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from brokers.ha.epoch import EPOCH_FILE_NAME, EpochEntry, EpochFileCorrupt, parse_checkpoint
-from testkit.brokers import BrokerPorts, broker_argv, broker_keys, broker_process, write_broker_conf
+from testkit.brokers import BrokerPorts, broker_argv, broker_keys, broker_process, watch_broker_log, write_broker_conf
 from testkit.netns import Host
 
 CLUSTER = "chaos"
@@ -57,7 +57,10 @@ class BrokerNode:
         self.conf = self.root / "broker.conf"
         log = run_dir / "logs" / f"broker-{self.name}.log"
         name = f"broker-{self.name}"
-        self.process = host.process(name, broker_argv(self.conf), log, env) if host else broker_process(name, self.conf, log, env)
+        if host is not None:
+            self.process = host.process(name, broker_argv(self.conf), watch_broker_log(log), env)
+        else:
+            self.process = broker_process(name, self.conf, log, env)
 
     @property
     def addr(self) -> str:

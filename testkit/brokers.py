@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from brokers.config import render_conf
+from brokers.store.cuts import MARKER
 
 from .ports import free_port
 from .procs import Process, python
@@ -76,5 +77,35 @@ def broker_argv(conf: Path, log_level: str | None = None) -> list[str]:
 def broker_process(
     name: str, conf: Path, log_path: Path, env: dict[str, str] | None = None, *, log_level: str | None = None
 ) -> Process:
-    """A broker as a (not yet started) :class:`Process`."""
-    return Process(name, broker_argv(conf, log_level), log_path, env)
+    """A broker as a (not yet started) :class:`Process`; its log is watched for the guard's marker."""
+    return Process(name, broker_argv(conf, log_level), watch_broker_log(log_path), env)
+
+
+# --- the acknowledged-data guard (brokers/store/cuts.py) -------------------------------------------------
+# A broker logs MARKER when it refused to cut acknowledged data or copied bytes that are no record: a
+# test or a chaos run whose brokers logged it fails, whatever else it checked.
+
+_broker_logs: set[Path] = set()
+
+
+def watch_broker_log(log_path: Path) -> Path:
+    """Remember ``log_path`` as a broker's log (broker_process does; so must any other way of starting one)."""
+    _broker_logs.add(Path(log_path))
+    return log_path
+
+
+def broker_log_ends() -> dict[Path, int]:
+    """Where each watched log ends now: ``guard_errors(since=...)`` reads only what came after."""
+    return {p: p.stat().st_size if p.exists() else 0 for p in _broker_logs}
+
+
+def guard_errors(since: Mapping[Path, int] | None = None, logs: Iterable[Path] | None = None) -> list[str]:
+    """The lines carrying the guard's marker in the watched broker logs (or ``logs``), past ``since``."""
+    found = []
+    for path in sorted(_broker_logs if logs is None else logs):
+        if not path.exists():
+            continue
+        with open(path, "rb") as f:
+            f.seek((since or {}).get(path, 0))
+            found += [f"{path.name}: {line.strip()}" for line in f.read().decode(errors="replace").splitlines() if MARKER in line]
+    return found

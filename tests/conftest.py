@@ -7,13 +7,17 @@ only when a selected test needs it.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import redis
 from django.conf import settings
 from rest_framework.test import APIClient
 
+from brokers.store.cuts import MARKER as GUARD_MARKER
 from controlplane.auth import forget_cached_tokens
 from controlplane.models import ApiToken, TokenScope
+from testkit.brokers import broker_log_ends, guard_errors
 from tests.lanes import pytest_xdist_make_scheduler  # noqa: F401  (how `make test` shares the work: a hook by name)
 from tests.tiers import pytest_collection_modifyitems  # noqa: F401  (the tier check: a hook by name)
 
@@ -42,6 +46,35 @@ def clear_redis() -> None:
     keys = list(client.scan_iter(settings.REDIS_KEY_PREFIX + "*", count=1000))
     if keys:
         client.delete(*keys)
+
+
+class _GuardLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if GUARD_MARKER in message:
+            self.lines.append(message)
+
+
+@pytest.fixture(autouse=True)
+def acknowledged_data_guard(request):
+    """Every test fails whose brokers (processes started through testkit.brokers, or stores in this
+    process) logged the acknowledged-data guard's marker (brokers/store/cuts.py): a refused cut of
+    acknowledged data, or replicated bytes that are no record. Tests that provoke it on purpose say
+    so with ``@pytest.mark.log_guard_expected``."""
+    handler = _GuardLines()
+    logging.getLogger().addHandler(handler)
+    ends = broker_log_ends()
+    try:
+        yield
+    finally:
+        logging.getLogger().removeHandler(handler)
+    if request.node.get_closest_marker("log_guard_expected") is None:
+        found = handler.lines + guard_errors(since=ends)
+        assert not found, f"the acknowledged-data guard fired ({GUARD_MARKER}):\n" + "\n".join(found[:20])
 
 
 @pytest.fixture(autouse=True)

@@ -82,6 +82,7 @@ class ReplicasManager:
             loop.create_task(self._heartbeats(), name="controller-heartbeat"),
             loop.create_task(self._sync_metadata(), name="controller-sync"),
             loop.create_task(self._keep_sync_state_set(), name="sync-state-set"),
+            loop.create_task(self._step_down_on_store_failure(), name="store-failure"),
         ]
         await self._heartbeat_once()
         if reply.get("masterBrokerId") is not None and reply.get("masterEpoch", 0) > self.master_epoch:
@@ -331,6 +332,32 @@ class ReplicasManager:
         """DataVersion.nextVersion(masterEpoch): the nameserver orders registrations by it (§3.3 step 5)."""
         self.topics.state_version = epoch
         self.topics._changed()
+
+    # --- a master whose store fails steps down -------------------------------------------------------
+
+    async def _step_down_on_store_failure(self) -> None:
+        """A RocketMQ master whose store fails keeps refusing sends in place; here it steps down: it
+        leaves the control plane (its socket's close makes the controller elect an in-sync replica at
+        once, as for a dead master), repairs its store once the disk takes writes, comes back and
+        follows the new master. A slave's store failure needs no election; it repairs in place."""
+        while True:
+            await self.store.failed.wait()
+            master = self.master_id == self.broker_id and self.ha.role.value != "SLAVE"
+            if master:
+                log.error("the store stopped taking writes: stepping down so that the controller elects an in-sync replica")
+                self.ha.permission.update(fenced=True)
+                await self.link.stop(unregister=True)
+            await self.store.repair_when_possible()
+            if master:
+                self.link.broker_id = self.broker_id  # not id 0 while another may hold it: no double master
+                self.link.start()
+                await self.link.connected.wait()
+                await self._poll_once()  # a new master's epoch: this broker follows it (changes to slave)
+                if self.master_id == self.broker_id:  # nobody else was elected: master again
+                    self.link.broker_id = 0
+                    self.ha.permission.update(fenced=False)
+                    self.link.register_soon()
+                log.info("back after the store failure as %s", "MASTER" if self.master_id == self.broker_id else "SLAVE")
 
     # --- SyncStateSet upkeep (§2.2, master only) --------------------------------------------------
 

@@ -127,11 +127,10 @@ class HAService:
         if self.client is not None:
             await self.client.stop()
             self.client = None
-        valid = self.store.valid_end
-        if valid < self.store.max_offset:  # a copy cut mid-record (§2.3 truncateInvalidMsg)
-            log.warning("cutting a partial record at %d (log ended at %d) before taking over", valid, self.store.max_offset)
-            self.epochs.truncate_suffix_by_offset(valid + 1)
-            await self.store.truncate(valid)
+        # A copy cut mid-record (§2.3 truncateInvalidMsg), judged on the log as it is once every write
+        # the copy queued is done: the epoch below must start where this master's first byte will go.
+        if await self.store.cut_partial_record():
+            self.epochs.truncate_suffix_by_offset(self.store.max_offset + 1)
         if self.epochs.last_epoch() >= epoch:
             self.epochs.truncate_suffix_by_epoch(epoch)
         # An epoch that never got a byte cannot be followed by one starting at the same offset.

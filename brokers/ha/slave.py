@@ -9,9 +9,10 @@ import logging
 import time
 from collections.abc import Callable
 
+from ..store.cuts import CutCause, CutRefused
 from ..store.store import MessageStore
 from ..tasks import cancel_and_wait
-from .epoch import EpochEntry, EpochFile, plan_catch_up
+from .epoch import EpochCache, EpochEntry, EpochFile, plan_catch_up
 from .master import WRITE_TIMEOUT_S, LinkTimings
 from .packets import (
     MASTER_HANDSHAKE_HEADER_SIZE,
@@ -170,7 +171,7 @@ class HAClient:
                 header, data = item
                 if header.offset != end:
                     if first and fresh and header.offset > end:
-                        await self._restart_at(header.offset)  # empty replica, or seed 004 case 1-1
+                        await self._restart_at(header.offset, header.offset)  # empty replica, or seed 004 case 1-1
                         end = self.store.max_offset
                     else:
                         raise ReplicationError(f"the master ships offset {header.offset}, this log ends at {end}")
@@ -193,12 +194,21 @@ class HAClient:
                 await self._send(writer, SlaveAck(HAState.TRANSFER, self.store.max_offset).encode())
                 last_ack = time.monotonic()
 
-    async def _restart_at(self, offset: int) -> None:
-        log.info(
-            "replica log restarts at the master's offset %d (it had %d..%d)", offset, self.store.min_offset, self.store.max_offset
-        )
-        self.epochs.truncate_suffix_by_offset(-1)
-        await self.store.restart_at(offset)
+    async def _restart_at(self, offset: int, master_min: int) -> None:
+        """Start the log again, empty, at ``offset``: allowed when the whole log lies below the
+        master's min (retention, seed 004 case 1-1) or is empty (cuts.py)."""
+        store = self.store
+        log.info("replica log restarts at the master's offset %d (it had %d..%d)", offset, store.min_offset, store.max_offset)
+        cut = store.cut_evidence(CutCause.RESTART_FROM_MASTER, store.min_offset, "from the master's min", master_min=master_min)
+        await self._guarded(store.restart_at(offset, cut, first=lambda: self.epochs.truncate_suffix_by_offset(-1)))
+
+    @staticmethod
+    async def _guarded(cutting) -> None:
+        """A cut the acknowledged-data guard refuses leaves the log as it is: the link is refused."""
+        try:
+            await cutting
+        except CutRefused as exc:
+            raise ReplicationRefused(str(exc)) from exc
 
     async def _reconcile(self, master: list[EpochEntry], master_max: int) -> bool:
         """The handshake's truncation (reference §2.4 doTruncate, seed 004). Returns True when this
@@ -212,7 +222,8 @@ class HAClient:
                     store.min_offset,
                     store.max_offset,
                 )
-                await store.restart_at(0)
+                cut = store.cut_evidence(CutCause.NO_EPOCHS, store.min_offset, "no epoch entries")
+                await self._guarded(store.restart_at(0, cut, first=lambda: self.epochs.truncate_suffix_by_offset(-1)))
             return True
         if not master:
             raise ReplicationError("the master has no epoch entries yet")
@@ -225,16 +236,32 @@ class HAClient:
                 f"master up to {master_max}, consistent point {point}"
             )
         if plan.action == "START_FROM_MASTER_MIN":
-            self.epochs.truncate_suffix_by_offset(-1)
-            await store.restart_at(0)
+            if point is not None and 0 <= point < store.max_offset:
+                await self._cut_fork(str(plan.case), point, master, master_max)  # the forked part first
+            await self._restart_at(0, master[0].start_offset)
             return True
         if plan.offset < store.max_offset:
-            log.warning(
-                "fork case %s: cutting this replica's log at %d (it ended at %d)", plan.case, plan.offset, store.max_offset
-            )
-            self.epochs.truncate_suffix_by_offset(plan.offset)  # the epoch file first: see docs/replication.md
-            await store.truncate(plan.offset)
+            await self._cut_fork(str(plan.case), plan.offset, master, master_max)
         return False
+
+    async def _cut_fork(self, case: str, offset: int, master: list[EpochEntry], master_max: int) -> None:
+        store = self.store
+        log.warning("fork case %s: cutting this replica's log at %d (it ended at %d)", case, offset, store.max_offset)
+        cut = store.cut_evidence(
+            CutCause.FORK,
+            offset,
+            f"fork case {case}",
+            own_epoch=_entry_at(self.epochs, offset, store.max_offset),
+            master_epoch=_entry_at(EpochCache(master), offset, master_max),
+        )
+        # The epoch file first: see docs/replication.md
+        await self._guarded(store.truncate(cut, first=lambda: self.epochs.truncate_suffix_by_offset(offset)))
 
     def water_level(self) -> dict:
         return {"haState": self.state.name, "masterHaAddr": self.connected_to or "", "refused": self.refused or ""}
+
+
+def _entry_at(epochs: EpochCache, offset: int, log_end: int) -> tuple[int, int] | None:
+    """(epoch, start) of the entry covering ``offset`` in a log ending at ``log_end``; None past the end."""
+    entry = epochs.find_entry_by_offset(offset, log_end)
+    return None if entry is None else (entry.epoch, entry.start_offset)

@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 
+from .cuts import TailShape, tail_shape
 from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, blank, decode, record_length
 
 _IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
+TAIL_HEAD = 8 << 20  # bytes of a tail read whole to judge its shape (more than the largest record)
+_ZERO_CHUNK = 4 << 20
 
 
 def _fsync_dir(path: Path) -> None:
@@ -245,9 +248,41 @@ class CommitLog:
                             return
                         break
 
-    def recover(self, on_message: Callable[[int, int, Message], None] | None = None) -> RecoveryReport:
+    def tail_shape(self, offset: int) -> TailShape:
+        """What the placed bytes from ``offset`` to the end of the log are (cuts.tail_shape): read
+        from the files as they are now, never from a position remembered earlier."""
+        end = self.max_offset
+        if offset >= end:
+            return TailShape.EMPTY
+        head = self._read_span(offset, min(end, offset + TAIL_HEAD))
+        rest_zero = all(not chunk.strip(b"\0") for chunk in self._chunks(offset + len(head), end))
+        return tail_shape(head, end - offset, rest_zero)
+
+    def _chunks(self, lo: int, hi: int) -> Iterator[bytes]:
+        while lo < hi:
+            chunk = self._read_span(lo, min(hi, lo + _ZERO_CHUNK))
+            if not chunk:
+                return
+            yield chunk
+            lo += len(chunk)
+
+    def _read_span(self, lo: int, hi: int) -> bytes:
+        """Bytes [lo, hi) across segments, as the files hold them (short where a file is)."""
+        out = []
+        for seg in self.segments:
+            a, b = max(lo, seg.start), min(hi, seg.start + seg.length)
+            if a < b and seg.fd >= 0:
+                out.append(os.pread(seg.fd, b - a, a - seg.start))
+        return b"".join(out)
+
+    def recover(
+        self,
+        on_message: Callable[[int, int, Message], None] | None = None,
+        before_cut: Callable[[int, int], None] | None = None,
+    ) -> RecoveryReport:
         """Find the end of the valid log and cut everything after it, physically and durably, so a
-        torn tail can never reappear. ``on_message(offset, size, message)`` sees every valid message."""
+        torn tail can never reappear. ``on_message(offset, size, message)`` sees every valid message;
+        ``before_cut(valid_end, log_end)`` is asked before anything is cut and may refuse by raising."""
         end, messages = self.min_offset, 0
         for offset, record, size in self.iter_records():
             if isinstance(record, CorruptRecord):
@@ -259,6 +294,8 @@ class CommitLog:
                 messages += 1
             end = offset + size
         before = self.max_offset
+        if end < before and before_cut is not None:
+            before_cut(end, before)
         removed = self.truncate(end)
         return RecoveryReport(self.max_offset, end if before > end else None, before - end, messages, removed)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -37,6 +38,8 @@ from . import codec
 from .codec import Entries, Record
 from .commitlog import CommitLog, RecoveryReport, Writes
 from .consumequeue import ConsumeQueues, tags_code
+from .cuts import MARKER, Cut, CutCause, CutRefused, TailShape, judge, tail_shape
+from .cuts import describe as describe_cut
 from .files import write_json_atomically
 from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, decode, tags_of
 from .results import PutMessageStatus, PutResult
@@ -46,6 +49,7 @@ __all__ = ["FlushDiskType", "MessageStore", "PutMessageStatus", "PutResult", "Re
 log = logging.getLogger(__name__)
 
 CHECKPOINT_INTERVAL_S = 0.5
+PROBE_BYTES = 1 << 20  # a repair writes (and fsyncs) this much before the store takes writes again
 PAGE_SIZE = 4096
 _SIZE = itemgetter(2)  # a prepared record's size (codec.Record)
 WRITE_JOBS_IN_FLIGHT = 2  # the loop encodes the next batch while the I/O thread writes this one
@@ -119,6 +123,10 @@ class MessageStore:
         self._reput_carry = b""  # a replicated record cut by the end of a transfer
         self.write_listeners: set[Callable[[], None]] = set()  # told after every commit-log write
         self.truncations = 0  # times the log was cut or restarted: readers of a queue start over
+        # Set when a commit-log write failed and the store stopped taking writes (``repair`` clears it):
+        # a broker watching it steps down as master instead of refusing every send in place.
+        self.failed = asyncio.Event()
+        self._undecodable_at: int | None = None  # a replicated position whose bytes are no record (logged once)
 
     @property
     def writable(self) -> bool:
@@ -151,7 +159,11 @@ class MessageStore:
         def dispatch(offset: int, size: int, msg: Message) -> None:
             self._dispatch_record(offset, size, msg, publish=limit is None or offset + size <= limit)
 
-        self.recovery = self.commit_log.recover(dispatch)
+        def before_cut(valid_end: int, log_end: int) -> None:
+            shape = self.commit_log.tail_shape(valid_end)
+            self._allow(Cut(CutCause.TORN_TAIL, valid_end, log_end, saved or 0, "recovery", tail=shape))
+
+        self.recovery = self.commit_log.recover(dispatch, before_cut)
         end = self.commit_log.max_offset
         self.confirm_offset = end if limit is None else max(self.commit_log.min_offset, min(limit, end))
         for cq in self.consume_queues.queues.values():
@@ -381,6 +393,7 @@ class MessageStore:
         if self.running:
             log.error("commit-log write failed; the store stops taking writes", exc_info=exc)
         self.running = False
+        self.failed.set()
         return [PutResult(PutMessageStatus.UNKNOWN_ERROR, detail=str(exc))] * count
 
     def _notify_written(self) -> None:
@@ -476,7 +489,10 @@ class MessageStore:
         while True:
             await asyncio.sleep(CHECKPOINT_INTERVAL_S)
             if self.confirm_offset != self._checkpointed_confirm:
-                await loop.run_in_executor(self._io, self._write_checkpoint, self.confirm_offset)
+                try:
+                    await loop.run_in_executor(self._io, self._write_checkpoint, self.confirm_offset)
+                except OSError as exc:  # a full disk: the next tick tries again (the task must live on)
+                    log.warning("writing the checkpoint failed: %s", exc)
 
     def _write_checkpoint(self, confirm: int) -> None:
         # Written after the log it covers is on disk: a checkpoint never claims bytes a crash loses.
@@ -498,7 +514,7 @@ class MessageStore:
         if not writes:
             return
         released = self._release()  # entries confirmed earlier (their bytes are written already)
-        await asyncio.get_running_loop().run_in_executor(self._io, self._write_replicated, writes, released, flush)
+        await self._in_io(self._write_replicated, writes, released, flush)
         if self.follow_max:
             self.set_confirm_offset(self.max_offset)
         self._notify_written()
@@ -516,9 +532,14 @@ class MessageStore:
         while pos < len(buf):
             try:
                 record = decode(buf, pos, check_crc=False)
-            except CorruptRecord:
+            except CorruptRecord as exc:
                 if len(buf) - pos >= self.config.mapped_file_size_commit_log:
                     raise
+                head = bytes(buf[pos : pos + END_FILE_MIN_BLANK_LENGTH])
+                # Fewer bytes than a header (its first bytes are often zeros: a size's high bytes) come
+                # whole with the next transfer; a whole header must begin a record that needs more.
+                if len(head) == END_FILE_MIN_BLANK_LENGTH and tail_shape(head, len(buf) - pos) is not TailShape.TORN:
+                    self._undecodable(base + pos, exc)
                 break  # the rest of a record comes with the next transfer
             if isinstance(record, Blank):
                 size = record.size
@@ -529,41 +550,98 @@ class MessageStore:
         self._reput_carry = buf[pos:]
         self._reput_offset = base + pos
 
-    async def truncate(self, offset: int) -> RecoveryReport:
-        """Cut the log at ``offset`` (a record boundary; nothing happens at or beyond the end) and
-        rebuild the consume queues. A slave does this at its handshake to cut a fork (seed 004); the
-        cut is physical and fsynced, so it cannot come back after a crash."""
+    def _undecodable(self, offset: int, exc: CorruptRecord) -> None:
+        """Replicated bytes that are no record: the master's log has a hole or garbage there. The copy
+        stays byte-identical, but nothing from here on is readable, and a takeover will not cut it."""
+        if self._undecodable_at != offset:
+            self._undecodable_at = offset
+            log.error("%s replicated bytes at %d are no record (%s): nothing after them can be read here", MARKER, offset, exc)
 
-        def cut() -> RecoveryReport:
+    async def _in_io(self, fn, *args):
+        """Run a log write or cut on the I/O thread to its end: a caller cancelled meanwhile (a role
+        change stopping replication) must not leave bytes placed but never written, or a cut half
+        made (a cancelled executor job that had not started would never run)."""
+        job = asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
+        job.add_done_callback(_retrieve_failure)
+        return await asyncio.shield(job)
+
+    def _allow(self, cut: Cut) -> None:
+        """The acknowledged-data guard (cuts.py): log the cut as one line; raise CutRefused, with the
+        refusal logged at ERROR, unless its cause is proven."""
+        verdict = judge(cut)
+        if cut.bytes == 0:
+            return
+        if not verdict.allowed:
+            error = CutRefused(cut, verdict)
+            log.error("%s", error)
+            raise error
+        log.warning("%s", describe_cut(cut, verdict))
+
+    async def truncate(self, cut: Cut, first: Callable[[], object] | None = None) -> RecoveryReport:
+        """Cut the log at ``cut.at`` (a record boundary; nothing happens at or beyond the end) and
+        rebuild the consume queues, if the guard allows ``cut`` (else CutRefused, nothing cut);
+        ``first`` runs once it is allowed, before the cut (a slave cuts its epoch file first). A
+        slave does this at its handshake to cut a fork (seed 004); the cut is physical and fsynced, so
+        it cannot come back after a crash."""
+        self._allow(cut)
+        if first is not None:
+            first()
+        offset = cut.at
+
+        def cut_log() -> RecoveryReport:
             if offset < self.commit_log.max_offset:
                 self.commit_log.truncate(max(offset, self.commit_log.min_offset))
             self._write_checkpoint(min(self.confirm_offset, self.commit_log.max_offset))
             return self.recover()
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._io, cut)
+            return await self._in_io(cut_log)
         finally:
             self.truncations += 1
 
+    def cut_evidence(self, cause: CutCause, at: int, detail: str = "", **evidence) -> Cut:
+        """A cut of this log at ``at`` to its end now, with ``evidence`` (cuts.Cut's fields)."""
+        return Cut(cause, at, self.commit_log.max_offset, self.confirm_offset, detail, **evidence)
+
     async def drop_unwritten(self) -> int:
-        """Give up bytes placed for a replicated append whose write never completed (the write job
-        failed after its HA session had ended, so nobody saw the error): the log ends where its
-        written bytes end, or the next session's first transfer could never be placed. Such bytes
-        were never acknowledged to a master (a slave reports its written offset). Waits for the
-        writes queued first; returns the bytes dropped. A new HA session calls this before its
-        handshake."""
+        """Give up bytes placed for a write that never completed (a replicated append whose write job
+        failed after its HA session had ended, so nobody saw the error; a failed master write): the
+        log ends where its written bytes end, or the next session's first transfer could never be
+        placed. Such bytes were never acknowledged (a slave reports its written offset; a master
+        answers a send after its write). Waits for the writes queued first; returns the bytes
+        dropped. A new HA session, a takeover and a repair call this first."""
         await self.settled()
         placed, written = self.commit_log.max_offset, self.max_offset
         if placed <= written:
             return 0
-        log.warning("%d replicated bytes placed at %d were never written; the log ends there again", placed - written, written)
-        await self.truncate(written)
+        log.warning("%d bytes placed at %d were never written; the log ends there again", placed - written, written)
+        await self.truncate(self.cut_evidence(CutCause.UNWRITTEN, written, "placed, never written"))
         return placed - written
 
-    async def restart_at(self, offset: int) -> RecoveryReport:
+    async def cut_partial_record(self) -> int:
+        """Before taking over as master: a copy may end inside a record (the master shipped part of
+        it); cut that part. Judged on the log as it is now, after every queued write: the bytes after
+        the last record dispatched must be one torn record, else (whole records a stale position
+        would throw away) nothing is cut and the refusal is logged. Returns the bytes cut."""
+        await self.drop_unwritten()
+        valid, end = self.valid_end, self.max_offset
+        if valid >= end:
+            return 0
+        shape = await self._in_io(self.commit_log.tail_shape, valid)
+        try:
+            await self.truncate(self.cut_evidence(CutCause.PARTIAL_RECORD, valid, "before taking over", tail=shape))
+        except CutRefused:
+            return 0
+        return end - valid
+
+    async def restart_at(self, offset: int, cut: Cut | None = None, first: Callable[[], object] | None = None) -> RecoveryReport:
         """Delete the whole log; it starts again, empty, at ``offset`` (rounded down to a segment
-        start). A replica whose log is all older than its master's (seed 004 case 1-1), or that has
-        no epoch entries to reconcile with, is copied again from there."""
+        start), if the guard allows ``cut`` (a cut at the log's min; None: the log must be empty);
+        ``first`` as for ``truncate``. A replica whose log is all older than its master's (seed 004
+        case 1-1) is copied again from there."""
+        self._allow(cut or self.cut_evidence(CutCause.RESTART_FROM_MASTER, self.min_offset, "an empty log"))
+        if first is not None:
+            first()
 
         def clear() -> RecoveryReport:
             self.commit_log.clear(offset - offset % self.config.mapped_file_size_commit_log)
@@ -571,9 +649,41 @@ class MessageStore:
             return self.recover()
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._io, clear)
+            return await self._in_io(clear)
         finally:
             self.truncations += 1
+
+    async def repair(self) -> int:
+        """After a failed write stopped the store: once the disk takes a probe write (OSError while it
+        does not), drop what was placed but never written and take writes again. Returns the bytes
+        dropped."""
+        await self.settled()
+        await self._in_io(self._probe_write)
+        dropped = await self.drop_unwritten()
+        self._write_error = None
+        self.failed.clear()
+        self.running = True
+        log.warning("the store takes writes again (%d unwritten bytes dropped)", dropped)
+        return dropped
+
+    async def repair_when_possible(self, retry_s: float = 1.0) -> int:
+        """``repair``, retried every ``retry_s`` while the disk refuses the probe write."""
+        while True:
+            try:
+                return await self.repair()
+            except OSError as exc:
+                log.warning("the store cannot take writes yet (%s); trying again in %.1f s", exc, retry_s)
+                await asyncio.sleep(retry_s)
+
+    def _probe_write(self) -> None:
+        probe = Path(self.config.store_path_root_dir) / ".write-probe"
+        try:
+            with open(probe, "wb") as f:
+                f.write(bytes(PROBE_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            probe.unlink(missing_ok=True)
 
     async def settled(self) -> None:
         """Returns once every consume-queue write queued so far is done (they are readable)."""
@@ -607,6 +717,13 @@ class MessageStore:
 
 def _nothing() -> None:
     pass
+
+
+def _retrieve_failure(job: asyncio.Future) -> None:
+    """A shielded job's failure is its caller's to handle; one whose caller went away is mended by the
+    next drop_unwritten. Retrieved here so that asyncio does not report it as never retrieved."""
+    if not job.cancelled():
+        job.exception()
 
 
 class _NotWritable(Exception):

@@ -68,7 +68,7 @@ def log_files(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted((root / "commitlog").iterdir())}
 
 
-def run(scenario) -> None:
+def run(scenario):
     """Run a scenario; one that hangs fails with the stack of where it waited."""
 
     async def bounded():
@@ -78,9 +78,9 @@ def run(scenario) -> None:
             stacks = "\n".join(f"{t.get_name()}: {t.get_stack()}" for t in asyncio.all_tasks() if not t.done())
             task.cancel()
             raise AssertionError(f"the scenario hung; tasks:\n{stacks}")
-        task.result()
+        return task.result()
 
-    asyncio.run(bounded())
+    return asyncio.run(bounded())
 
 
 async def until(predicate, what: str, timeout: float = 15.0) -> None:
