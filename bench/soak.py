@@ -7,39 +7,34 @@ Runs as root for the disk-full faults (a tmpfs per broker); otherwise they are l
 report says so. Everything else (its own Redis and PostgreSQL, the control plane, three brokers, the
 client processes) is started and stopped by the run. Report, RTO plot and logs in
 test-artifacts/soak/<time>/. The last line printed is one JSON object: the soak's figures plus
-``goals`` (faults >= 100, acked_lost 0, masters_per_epoch_max 1, logs_identical, spurious_elections
-0, control_plane_outage_depositions 0).
+``goals``: faults >= 100, and every check of chaos.soak.goals (0 acked_lost, acked_undelivered,
+failed_faults, failed_sends_while_writable, refused_cuts, guard_errors, unreadable_cut_lines,
+spurious, burnt or unexpected elections, control_plane_outage_depositions; one master per epoch;
+identical logs; check_controller_invariants clean). Exit code 0 when no check failed, 1 otherwise:
+chaos.soak's own rule (its ``failures``), the same as ``python -m chaos.soak``; a run shorter than
+100 faults misses that goal but is not failed for it.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chaos.soak import parse_args, run  # noqa: E402
+from chaos import soak  # noqa: E402
 
 
 def goals(s: dict) -> dict[str, bool]:
-    return {
-        "faults_at_least_100": s["faults"] >= 100,
-        "acked_lost_zero": s["acked_lost"] == 0,
-        "one_master_per_epoch": s["masters_per_epoch_max"] == 1,
-        "logs_identical": s["logs_identical"] is True,
-        "no_spurious_elections": s["spurious_elections"] == 0,
-        "no_control_plane_outage_depositions": s["control_plane_outage_depositions"] == 0,
-    }
+    return {"faults_at_least_100": s["faults"] >= 100} | {g.name: g.met for g in soak.goals(s)}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = soak.parse_args(argv)
     print(f"soak: {args.faults} faults, seed {args.seed}", file=sys.stderr)
-    out = run(args)
+    out = soak.run(args)
     out["goals"] = goals(out)
-    print(json.dumps(out))
-    return 0
+    return soak.finish(out)
 
 
 if __name__ == "__main__":

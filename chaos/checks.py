@@ -1,15 +1,18 @@
 """What a chaos run checks, as pure functions over what the run recorded: delivery (lost and
 duplicated messages), masters per epoch (controller history and the brokers' own reports), epoch
-files and commit logs across replicas, and the times a fault cost."""
+files and commit logs across replicas, the cuts of a commit log the brokers logged, the sends that
+failed while a replica could have taken them, and the times a fault cost."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from brokers.ha.epoch import EpochEntry
+from brokers.store.cuts import MARKER
 
 from .workload import Ack, Received
 
@@ -126,6 +129,111 @@ def compare_logs(
                 first_diff[n] = pos + at
         pos = hi
     return LogComparison(dict(spans), start, end, not first_diff, first_diff)
+
+
+# --- cuts of a commit log, as the brokers log them ------------------------------------------------
+
+GUARD_MARKER = MARKER  # acknowledged data at risk (brokers/store/cuts.py); any fails a run
+# One line per cut (brokers/store/cuts.py describe), in the broker's log format "%(asctime)s
+# %(levelname)s %(name)s %(message)s"; a line whose message only quotes one (a refused link naming
+# the refused cut) is no cut of its own.
+_CUT_HEAD = (
+    rf"(?P<asctime>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d{{3}}) [A-Z]+ \S+ (?:{re.escape(GUARD_MARKER)} )?log cut(?: refused)?: "
+)
+_CUT_ANNOUNCED = re.compile(_CUT_HEAD)
+_CUT = re.compile(
+    _CUT_HEAD + r"cause=(?P<cause>[A-Z][A-Z0-9_]*) "
+    r"at=(?P<at>-?\d+) end=(?P<end>-?\d+) bytes=(?P<bytes>-?\d+) confirm=(?P<confirm>-?\d+) "
+    r'allowed=(?P<allowed>yes|no) detail="(?P<detail>[^"]*)"'
+)
+
+
+@dataclass(frozen=True)
+class LogCut:
+    """One truncation of a broker's commit log (or one it refused), as its log line tells it."""
+
+    node: str
+    t: float  # the line's time, as time.time()
+    cause: str  # FORK, TORN_TAIL, PARTIAL_RECORD, UNWRITTEN, RESTART_FROM_MASTER, ...
+    at: int  # where the log was (or would have been) cut
+    end: int  # where it ended before
+    bytes: int
+    confirm: int  # the confirm offset then
+    allowed: bool  # False: refused, the cut would have removed acknowledged data
+    detail: str
+
+
+@dataclass(frozen=True)
+class BrokerLogScan:
+    cuts: tuple[LogCut, ...]
+    guard_errors: int  # lines carrying GUARD_MARKER anywhere
+    unreadable: tuple[str, ...]  # lines announcing a cut in a shape _CUT does not read: a cut not counted
+
+
+def scan_broker_log(node: str, lines: Iterable[str]) -> BrokerLogScan:
+    """The cuts one broker logged, its guard lines, and any cut line that does not parse (a format
+    drift must not hide cuts). The times are the lines' local wall time, as the brokers wrote them."""
+    cuts: list[LogCut] = []
+    guard_errors = 0
+    unreadable: list[str] = []
+    for raw in lines:
+        line = raw.rstrip()
+        guard_errors += GUARD_MARKER in line
+        if not _CUT_ANNOUNCED.match(line):
+            continue
+        m = _CUT.fullmatch(line)
+        if m is None:
+            unreadable.append(f"{node}: {line}")
+            continue
+        cuts.append(
+            LogCut(
+                node,
+                datetime.strptime(m["asctime"], "%Y-%m-%d %H:%M:%S,%f").timestamp(),
+                m["cause"],
+                int(m["at"]),
+                int(m["end"]),
+                int(m["bytes"]),
+                int(m["confirm"]),
+                m["allowed"] == "yes",
+                m["detail"],
+            )
+        )
+    return BrokerLogScan(tuple(cuts), guard_errors, tuple(unreadable))
+
+
+# --- sends that failed while a replica could have taken them ----------------------------------------
+
+
+@dataclass(frozen=True)
+class ReplicaOut:
+    """A replica that could take no write over [start, end] (wall clock): killed, frozen, or its store
+    full."""
+
+    node: str
+    start: float
+    end: float
+
+
+def writable_members(
+    t: float, sync_state_sets: Sequence[tuple[float, frozenset[str]]], replicas_out: Iterable[ReplicaOut]
+) -> frozenset[str]:
+    """The members of the SyncStateSet in force at ``t`` (the last one seen at or before it;
+    ``sync_state_sets`` oldest first) that were not out at ``t``: the replicas that could have taken a
+    write then, had the group routed it to them."""
+    members: frozenset[str] = frozenset()
+    for since, sync_state_set in sync_state_sets:
+        if since > t:
+            break
+        members = sync_state_set
+    return members - {o.node for o in replicas_out if o.start <= t <= o.end}
+
+
+def failed_while_writable(
+    fails: Iterable[Mapping], sync_state_sets: Sequence[tuple[float, frozenset[str]]], replicas_out: Sequence[ReplicaOut]
+) -> list[dict]:
+    """The producer's "fail" events (a send given up after the client's own retries) at whose time
+    (``t``) some member of the SyncStateSet was up, each with those members as ``writable``."""
+    return [dict(f) | {"writable": sorted(w)} for f in fails if (w := writable_members(f["t"], sync_state_sets, replicas_out))]
 
 
 # --- times ----------------------------------------------------------------------------------------

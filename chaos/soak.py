@@ -48,9 +48,34 @@ Figures (the last line printed is one JSON object, also in ``report.json``):
   control_plane_outage_depositions  of those, the ones that replaced the master
   burnt_epochs                    elections that found no master
   invariants_ok                   ``manage.py check_controller_invariants`` at the end
+  failed_faults                   faults that did not recover or heal in time
+  failed_sends_after_retries      the client's "fail" events: sends given up after its own retries
+  failed_sends_while_writable     of those, the ones given up at a moment (the event's time) when a
+                                  member of the controller's SyncStateSet was up: the last set the
+                                  monitor saw by then (the whole group before its first view), less
+                                  the replica a fault had taken out (killed, frozen or its store
+                                  full: kill9-*, sigstop-master, kill-with-controlplane, disk-full,
+                                  from the fault to its heal). Not counted: the only in-sync
+                                  replica's disk full, the whole set down. Counted: a kill -9 of the
+                                  master that the client's retries did not bridge (an in-sync slave
+                                  could have been elected), a full master's disk while its slaves
+                                  were in sync, any send lost to a control-plane fault alone.
+                                  The first 20 with time, error, the members that were up and the
+                                  fault (``first_failed_sends_while_writable``), and per fault kind
+  truncations                     every cut of a commit log a broker logged (``log cut: cause=...``):
+                                  node, time, cause, at, end, bytes, confirm, allowed, detail, and
+                                  for a cut of more than 0 bytes the fault under way then (or null);
+                                  ``truncations_by_cause`` counts them
+  refused_cuts                    cuts a broker refused (``allowed=no``: acknowledged data at stake)
+  guard_errors                    broker log lines carrying ``[acked-data-guard]``
+  unreadable_cut_lines            lines announcing a cut that the parser cannot read (a format drift
+                                  must not hide cuts; the first 5 in ``first_unreadable_cut_lines``)
 
 The report (``report.json``, ``faults.jsonl``, ``rto.html``: RTO per fault, by kind) and every log
-go to ``test-artifacts/soak/<time>/``. Exit code 0 when every check passed, 1 otherwise.
+go to ``test-artifacts/soak/<time>/``. Exit code 0 when every check passed, 1 otherwise (``goals``:
+0 acked_lost, acked_undelivered, failed_faults, failed_sends_while_writable, refused_cuts,
+guard_errors, unreadable_cut_lines and unexpected, spurious or burnt elections; one master per epoch,
+identical logs, the invariants clean; a figure the run never measured fails too).
 
     python -m chaos.soak --faults 100 [--seed 7] [--kinds kill9-master,redis-restart]
 """
@@ -67,7 +92,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
@@ -78,11 +104,15 @@ from testkit.procs import ARTIFACTS, Process, wait_until
 from testkit.services import OwnedPostgres, OwnedRedis
 
 from .checks import (
+    BrokerLogScan,
+    ReplicaOut,
     compare_logs,
     elections,
+    failed_while_writable,
     masters_per_epoch_in_history,
     masters_per_epoch_reported,
     percentile,
+    scan_broker_log,
     wall_time,
 )
 from .client_load import ClientKill9, ClientSide, ClientSigStop, drain, group_whole, longest_quiet, stop_clients
@@ -114,6 +144,10 @@ KINDS = (*KINDS, *PARTITIONS)
 CONTROL_PLANE_KINDS = (*CONTROL_PLANE_KINDS, "partition-cp-majority")  # the control plane's own outage
 MASTER_FAULTS = ("kill9-master", "sigstop-master", "kill-with-controlplane", "partition-master-cp")  # one election each
 NEEDS_ROOT = ("disk-full", *PARTITIONS)
+# the faults that leave the replica they hit unable to take a write (killed, frozen, its store full)
+# from the fault until its heal; a partition or a cut HA link leaves every replica able to
+REPLICA_OUT_KINDS = ("kill9-master", "kill9-slave", "sigstop-master", "kill-with-controlplane", "disk-full")
+FIRST_FAILED_SENDS = 20
 START_TIMEOUT_S = 90.0
 WHOLE_TIMEOUT_S = 90.0
 HEARING_WARM_S = 11.0  # the liveness record's warm-up after a Redis restart (10 s) and a beat tick
@@ -246,10 +280,11 @@ class PgTerminate(SoakFault):
 
 
 class DiskFull(SoakFault):
-    """One broker's store filesystem filled to the last byte; after ``hold_s`` the ballast is removed
-    and the broker restarted (a store that failed a write writes nothing more until it is: the bytes
-    after a hole would be unreadable). When the broker hit is the master, its restart is what moves
-    the writes to a slave; the RTO counts it."""
+    """One broker's store filesystem filled to the last byte; after ``hold_s`` the ballast is removed.
+    A master whose write fails steps down at once (the controller elects an in-sync replica: the
+    election and the RTO count it); the broker repairs its store by itself once its disk takes writes
+    and comes back as a slave (or as master, when nobody else could be elected). Nothing restarts it:
+    a broker that does not come back by itself fails the fault."""
 
     kind = "disk-full"
     hold_s = 3.0
@@ -269,9 +304,7 @@ class DiskFull(SoakFault):
     def mend(self) -> None:
         node = self.target
         self.ballast.unlink(missing_ok=True)
-        node.process.stop()
-        node.process.start()
-        self.h.note(f"ballast removed, {node.name} restarted")
+        self.h.note(f"ballast removed from {node.name}'s store")
         wait_until(lambda: self.h.rejoined_as_slave(node) or self.h.master_node() is node, WHOLE_TIMEOUT_S, f"{node.name} back")
 
 
@@ -412,10 +445,7 @@ def summary(outcomes: list[Outcome], checks: dict) -> dict:
     return {
         "faults": len(outcomes),
         "faults_by_kind": dict(Counter(o.kind for o in outcomes)),
-        "acked_lost": checks.get("acked_lost"),
-        "acked_undelivered": checks.get("acked_undelivered"),
-        "masters_per_epoch_max": checks.get("masters_per_epoch_max"),
-        "logs_identical": checks.get("logs_identical"),
+        **{k: checks.get(k) for k in HEADLINE},
         "rto_median_s": pct(rtos, 50),
         "rto_p99_s": pct(rtos, 99),
         "rto_max_s": max(rtos, default=None),
@@ -429,30 +459,94 @@ def summary(outcomes: list[Outcome], checks: dict) -> dict:
         "expected_elections": sum(o.expected_elections for o in outcomes),
         "unexpected_elections": sum(max(0, o.elections - o.expected_elections) for o in outcomes),
         "failed_faults": sum(1 for o in outcomes if o.problems),
-        **{
-            k: v
-            for k, v in checks.items()
-            if k not in ("acked_lost", "acked_undelivered", "masters_per_epoch_max", "logs_identical")
-        },
+        **{k: v for k, v in checks.items() if k not in HEADLINE},
     }
 
 
+MUST_BE_ZERO = (
+    "acked_lost",
+    "acked_undelivered",
+    "failed_faults",
+    "failed_sends_while_writable",
+    "refused_cuts",
+    "guard_errors",
+    "unreadable_cut_lines",
+    "spurious_elections",
+    "control_plane_outage_depositions",
+    "burnt_epochs",
+    "unexpected_elections",
+)
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    met: bool
+    failure: str  # how failures() names it when it is not met
+
+
+def goals(s: dict) -> list[Goal]:
+    """Every check of a run's figures: the one rule behind the exit code of ``python -m chaos.soak``
+    and of bench/soak.py (whose goals these are). A figure that is missing (the run stopped before
+    it was measured) fails its goal: a check cannot pass by not running."""
+    masters, invariants, logs = s.get("masters_per_epoch_max"), s.get("invariants_ok"), s.get("logs_identical")
+    checker = "failed" if invariants is False else "not run"
+    return [
+        *(Goal(f"{k}_zero", s.get(k) == 0, f"{k} {s.get(k)}") for k in MUST_BE_ZERO),
+        Goal("one_master_per_epoch", masters == 1, f"masters_per_epoch_max {masters}"),
+        Goal("logs_identical", logs is True, "commit logs differ" if logs is False else "commit logs not compared"),
+        Goal("invariants_ok", invariants is True, f"check_controller_invariants {checker}"),
+    ]
+
+
 def failures(s: dict) -> list[str]:
-    out = []
-    if s["acked_lost"] != 0:
-        out.append(f"acked_lost {s['acked_lost']}")
-    if s["masters_per_epoch_max"] is None or s["masters_per_epoch_max"] > 1:
-        out.append(f"masters_per_epoch_max {s['masters_per_epoch_max']}")
-    if s["logs_identical"] is not True:
-        out.append("commit logs differ")
-    keys = ("spurious_elections", "control_plane_outage_depositions", "burnt_epochs", "unexpected_elections", "failed_faults")
-    for key in (*keys, "acked_undelivered"):
-        if s[key]:
-            out.append(f"{key} {s[key]}")
-    if s.get("invariants_ok") is False:
-        out.append("check_controller_invariants failed")
-    out += s.get("problems", [])
-    return out
+    return [g.failure for g in goals(s) if not g.met] + list(s.get("problems", []))
+
+
+def fault_at(outcomes: Sequence[Outcome], t: float) -> dict | None:
+    """The fault whose window (from the fault to its heal) holds ``t``: its number (from 1), kind
+    and the broker it hit."""
+    return next(({"n": i, "kind": o.kind, "node": o.node} for i, o in enumerate(outcomes, 1) if o.at <= t <= o.healed), None)
+
+
+def cut_figures(scans: Iterable[BrokerLogScan], outcomes: Sequence[Outcome]) -> dict:
+    """Every cut of a commit log the brokers logged, oldest first, each one that removed bytes with
+    the fault under way when it came (None between faults)."""
+    scans = list(scans)
+    cuts = sorted((c for scan in scans for c in scan.cuts), key=lambda c: c.t)
+    unreadable = [line for scan in scans for line in scan.unreadable]
+    return {
+        "truncations": [asdict(c) | {"fault": fault_at(outcomes, c.t) if c.bytes > 0 else None} for c in cuts],
+        "truncations_by_cause": dict(Counter(c.cause for c in cuts)),
+        "refused_cuts": sum(not c.allowed for c in cuts),
+        "guard_errors": sum(scan.guard_errors for scan in scans),
+        "unreadable_cut_lines": len(unreadable),
+        "first_unreadable_cut_lines": unreadable[:5],
+    }
+
+
+def replicas_out(outcomes: Iterable[Outcome]) -> list[ReplicaOut]:
+    """The replica each fault of a broker left unable to write, from the fault to its heal."""
+    return [ReplicaOut(o.node, o.at, o.healed) for o in outcomes if o.kind in REPLICA_OUT_KINDS]
+
+
+def failed_send_figures(
+    fails: Sequence[dict], sync_state_sets: Sequence[tuple[float, frozenset[str]]], outcomes: Sequence[Outcome]
+) -> dict:
+    """The sends the client gave up on after its own retries, and those of them given up while a
+    member of the SyncStateSet could have taken them (chaos.checks.failed_while_writable), with the
+    first few and the fault each came in."""
+    counted = failed_while_writable(fails, sync_state_sets, replicas_out(outcomes))
+    faults = [fault_at(outcomes, f["t"]) for f in counted]
+    return {
+        "failed_sends_after_retries": len(fails),
+        "failed_sends_while_writable": len(counted),
+        "failed_sends_while_writable_by_fault": dict(Counter(fault["kind"] if fault else "between faults" for fault in faults)),
+        "first_failed_sends_while_writable": [
+            {"t": f["t"], "id": f.get("id"), "error": f.get("error"), "writable": f["writable"], "fault": fault}
+            for f, fault in zip(counted[:FIRST_FAILED_SENDS], faults, strict=False)
+        ],
+    }
 
 
 def rto_plot(outcomes: list[Outcome], path: Path) -> None:
@@ -571,6 +665,9 @@ def run(args: argparse.Namespace) -> dict:
             soak.prober.stubs.close()
             if network is not None:
                 network.close()
+    # read from what the run left, so that they are there even when it stopped early
+    checks |= cut_figures(scan_broker_logs(h.nodes), outcomes)
+    checks |= failed_send_figures(producer_log.of("fail"), sync_state_sets(h), outcomes)
     checks["elapsed_s"] = round(time.monotonic() - started, 1)
     checks["run_dir"] = str(run_dir)
     out = summary(outcomes, checks)
@@ -582,6 +679,30 @@ def run(args: argparse.Namespace) -> dict:
     if outcomes:
         rto_plot(outcomes, run_dir / "rto.html")
     return out
+
+
+def scan_broker_logs(nodes: list[BrokerNode]) -> list[BrokerLogScan]:
+    """Each broker's log file(s) (``logs/broker-<node>.log``, and any rotated ``.log.N``), scanned for
+    cuts of its commit log and guard lines."""
+    scans = []
+    for n in nodes:
+        log = n.process.log_path
+        for path in sorted(log.parent.glob(f"{log.name}*")):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                scans.append(scan_broker_log(n.name, f))
+    return scans
+
+
+def sync_state_sets(h: Harness) -> list[tuple[float, frozenset[str]]]:
+    """The controller's SyncStateSet through the run as the monitor saw it change (wall clock, node
+    names), oldest first; before its first view the whole group (the harness starts it whole)."""
+    wall_minus_monotonic = time.time() - time.monotonic()
+    names = {n.addr: n.name for n in h.nodes}
+    timeline = [(float("-inf"), frozenset(names.values()))]
+    for view in h.monitor.views if h.monitor is not None else []:
+        members = frozenset(names.get(view.info.members.get(i, ""), f"broker {i}") for i in view.info.sync_state_set)
+        timeline.append((view.at + wall_minus_monotonic, members))
+    return timeline
 
 
 def inject_one(fault: Fault, kind: str, producer_log: EventLog) -> Outcome:
@@ -601,7 +722,6 @@ def final_checks(
     delivered = {e["id"] for e in consumer_log.of("delivery")}
     checks["acked"], checks["delivered"] = len(acked), len(delivered)
     checks["acked_undelivered"] = len(acked - delivered)
-    checks["failed_sends_after_retries"] = len(producer_log.of("fail"))
     try:
         wait_until(h.converged, 60.0, "every replica at the same max offset", interval_s=0.25)
     except TimeoutError as exc:
@@ -700,6 +820,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted: every process the soak started has been stopped", file=sys.stderr)
         return 130
+    return finish(out)
+
+
+def finish(out: dict) -> int:
+    """Print the failures and the report's JSON line (the last line); the exit code: 0 when no check
+    failed (``failures``), 1 otherwise. bench/soak.py ends the same way."""
     for f in out["failures"]:
         print(f"soak FAILED: {f}", file=sys.stderr)
     print(f"soak report: {out['run_dir']}/report.json, RTO plot {out['run_dir']}/rto.html", file=sys.stderr)

@@ -1,5 +1,7 @@
 """The soak's own arithmetic (chaos/soak.py), on made-up runs: the schedule, which elections count
-against which fault, what is spurious, and the RTO of a fault."""
+against which fault, what is spurious, the RTO of a fault, the cuts of a commit log read from the
+brokers' log lines, which failed sends a replica could have taken, and the one rule for the exit
+code of both ``python -m chaos.soak`` and bench/soak.py."""
 
 from __future__ import annotations
 
@@ -9,9 +11,34 @@ from datetime import UTC, datetime
 
 import pytest
 
-from chaos.soak import KINDS, Outcome, attribute_elections, failures, rto, schedule, summary
+import bench.soak
+from chaos.checks import LogCut, ReplicaOut, scan_broker_log, writable_members
+from chaos.soak import (
+    KINDS,
+    MUST_BE_ZERO,
+    Outcome,
+    attribute_elections,
+    cut_figures,
+    failed_send_figures,
+    failures,
+    rto,
+    schedule,
+    summary,
+)
 
 pytestmark = pytest.mark.unit
+
+CLEAN = {
+    "acked_lost": 0,
+    "acked_undelivered": 0,
+    "masters_per_epoch_max": 1,
+    "logs_identical": True,
+    "invariants_ok": True,
+    "failed_sends_while_writable": 0,
+    "refused_cuts": 0,
+    "guard_errors": 0,
+    "unreadable_cut_lines": 0,
+}
 
 
 def at(t: float) -> str:
@@ -49,7 +76,7 @@ def test_elections_count_against_the_fault_whose_window_holds_them():
     assert (web.elections, web.new_masters) == (2, 2)
     assert (kill.spurious, redis.spurious, web.spurious) == (0, 2, 1)
     assert (kill.depositions, redis.depositions, web.depositions) == (0, 1, 1)
-    s = summary([kill, redis, web], {"acked_lost": 0, "acked_undelivered": 0, "masters_per_epoch_max": 1, "logs_identical": True})
+    s = summary([kill, redis, web], CLEAN)
     assert (s["spurious_elections"], s["control_plane_outage_depositions"], s["burnt_epochs"]) == (3, 2, 1)
     assert s["unexpected_elections"] == 3 and s["expected_elections"] == 2
     assert "spurious_elections 3" in failures(s) and "burnt_epochs 1" in failures(s)
@@ -63,10 +90,229 @@ def test_rto_is_the_longest_time_without_an_ack_from_the_fault_to_its_heal():
 
 
 def test_a_clean_run_has_no_failures_and_each_headline_figure_can_fail_it():
-    ok = {"acked_lost": 0, "acked_undelivered": 0, "masters_per_epoch_max": 1, "logs_identical": True, "invariants_ok": True}
+    ok = CLEAN
     o = Outcome("kill9-master", "n1", 100.0, 110.0, rto_s=0.2)
     assert failures(summary([o], ok)) == []
     assert failures(summary([o], ok | {"acked_lost": 3})) == ["acked_lost 3"]
     assert failures(summary([o], ok | {"masters_per_epoch_max": 2})) == ["masters_per_epoch_max 2"]
     assert failures(summary([o], ok | {"logs_identical": False})) == ["commit logs differ"]
     assert failures(summary([o], ok | {"invariants_ok": False})) == ["check_controller_invariants failed"]
+    assert failures(summary([o], ok | {"problems": ["the soak stopped early: boom"]})) == ["the soak stopped early: boom"]
+
+
+@pytest.mark.parametrize(
+    "figure, value",
+    [
+        ("acked_lost", 1),
+        ("acked_undelivered", 2),
+        ("failed_sends_while_writable", 1),
+        ("refused_cuts", 1),
+        ("guard_errors", 3),
+        ("unreadable_cut_lines", 1),
+        ("acked_undelivered", None),  # never measured (the run stopped first): not a pass
+        ("failed_sends_while_writable", None),
+    ],
+)
+def test_each_must_be_zero_figure_fails_the_run_and_the_bench(figure, value, monkeypatch, capsys):
+    o = Outcome("kill9-master", "n1", 100.0, 110.0, rto_s=0.2)
+    s = summary([o], CLEAN | {figure: value})
+    assert failures(s) == [f"{figure} {value}"]
+    # bench/soak.py: the same rule decides its exit code, and the figure is one of its goals
+    report = s | {"failures": failures(s), "ok": False, "run_dir": "test-artifacts/soak/x"}
+    monkeypatch.setattr(bench.soak.soak, "run", lambda args: report)
+    assert bench.soak.main(["--faults", "1"]) == 1
+    assert bench.soak.goals(report)[f"{figure}_zero"] is False
+    assert f"soak FAILED: {figure} {value}" in capsys.readouterr().err
+
+
+def test_a_failed_fault_fails_the_run_and_a_clean_bench_run_exits_0(monkeypatch):
+    ok = Outcome("kill9-master", "n1", 100.0, 110.0, rto_s=0.2)
+    failed = Outcome("kill9-slave", "n2", 120.0, 130.0, problems=["heal: n2 back in sync not seen within 90 s"])
+    assert failures(summary([ok, failed], CLEAN)) == ["failed_faults 1"]
+    report = summary([ok], CLEAN) | {"failures": [], "ok": True, "run_dir": "test-artifacts/soak/x"}
+    monkeypatch.setattr(bench.soak.soak, "run", lambda args: report)
+    assert bench.soak.main(["--faults", "1"]) == 0
+    assert set(report["goals"]) >= {f"{k}_zero" for k in MUST_BE_ZERO} | {"faults_at_least_100", "one_master_per_epoch"}
+    assert [name for name, met in report["goals"].items() if not met] == ["faults_at_least_100"]
+
+
+# --- the cuts of a commit log, from the brokers' log lines --------------------------------------------
+
+FORK = (
+    "2026-11-28 02:29:49,123 INFO brokers.ha.slave log cut: cause=FORK at=23271142 end=23274477 bytes=3335 "
+    'confirm=23270000 allowed=yes detail="fork case 1-2: the master\'s epoch 4 starts at 23271142"'
+)
+REFUSED = (
+    "2026-11-28 02:31:02,007 ERROR brokers.store.store [acked-data-guard] log cut refused: cause=PARTIAL_RECORD "
+    'at=23271142 end=23875536 bytes=604394 confirm=23875000 allowed=no detail="a record cut mid-way below the confirm offset"'
+)
+
+
+def local(*fields: int) -> float:
+    return datetime(*fields).timestamp()  # the brokers' asctime is local time
+
+
+@pytest.mark.parametrize(
+    "line, cut",
+    [
+        pytest.param(
+            FORK,
+            LogCut(
+                "n2",
+                local(2026, 11, 28, 2, 29, 49, 123000),
+                "FORK",
+                23271142,
+                23274477,
+                3335,
+                23270000,
+                True,
+                "fork case 1-2: the master's epoch 4 starts at 23271142",
+            ),
+            id="an allowed cut",
+        ),
+        pytest.param(
+            REFUSED,
+            LogCut(
+                "n2",
+                local(2026, 11, 28, 2, 31, 2, 7000),
+                "PARTIAL_RECORD",
+                23271142,
+                23875536,
+                604394,
+                23875000,
+                False,
+                "a record cut mid-way below the confirm offset",
+            ),
+            id="a refused cut, with the guard's marker",
+        ),
+        pytest.param(
+            "2026-11-28 02:29:50,000 WARNING brokers.store.store log cut: cause=TORN_TAIL at=10 end=10 bytes=0 confirm=-1 "
+            'allowed=yes detail=""',
+            LogCut("n2", local(2026, 11, 28, 2, 29, 50), "TORN_TAIL", 10, 10, 0, -1, True, ""),
+            id="an empty cut, an empty detail",
+        ),
+    ],
+)
+def test_a_cut_line_gives_one_record(line, cut):
+    assert scan_broker_log("n2", [line + "\n"]).cuts == (cut,)
+
+
+def test_guard_lines_and_unreadable_cut_lines_are_counted_other_lines_ignored():
+    lines = [
+        "===== broker-n1 start #2 at 2026-11-28 02:29:40: python -m brokers -c broker.conf\n",
+        "2026-11-28 02:29:41,000 INFO brokers.broker now SLAVE of 127.0.0.1:1234 at epoch 4\n",
+        FORK + "\n",
+        REFUSED + "\n",
+        "2026-11-28 02:31:03,000 ERROR brokers.ha.quorum [acked-data-guard] acknowledged 4 bytes past the confirm offset\n",
+        "Traceback (most recent call last): ... [acked-data-guard] in a traceback counts too\n",
+        # a refused link quoting the refused cut: a guard line, not a cut of its own
+        "2026-11-28 02:31:02,010 ERROR brokers.ha.slave replication from 127.0.0.1:5 refused: " + REFUSED.split(" ", 4)[4] + "\n",
+        "2026-11-28 02:31:04,000 INFO brokers.ha.slave log cut: cause=fork at=1 end=2 bytes=1\n",  # a format drift
+    ]
+    scan = scan_broker_log("n1", lines)
+    assert [c.cause for c in scan.cuts] == ["FORK", "PARTIAL_RECORD"]
+    assert scan.guard_errors == 4
+    assert scan.unreadable == ("n1: " + lines[-1].rstrip(),)
+
+
+def test_cuts_are_reported_by_cause_and_each_one_that_removed_bytes_is_blamed_on_the_fault_under_way():
+    kill = Outcome("kill9-master", "n1", local(2026, 11, 28, 2, 29, 40), local(2026, 11, 28, 2, 29, 55))
+    disk = Outcome("disk-full", "n3", local(2026, 11, 28, 2, 30, 50), local(2026, 11, 28, 2, 31, 10))
+    scans = [
+        scan_broker_log("n1", [FORK]),
+        scan_broker_log("n3", [REFUSED]),
+        scan_broker_log(
+            "n2",
+            [
+                '2026-11-28 02:29:45,000 INFO b log cut: cause=TORN_TAIL at=5 end=5 bytes=0 confirm=0 allowed=yes detail=""',
+                '2026-11-28 02:30:00,000 INFO b log cut: cause=UNWRITTEN at=5 end=9 bytes=4 confirm=0 allowed=yes detail="x"',
+            ],
+        ),
+    ]
+    f = cut_figures(scans, [kill, disk])
+    assert [(t["node"], t["cause"], t["fault"]) for t in f["truncations"]] == [
+        ("n2", "TORN_TAIL", None),  # 0 bytes: nothing to blame
+        ("n1", "FORK", {"n": 1, "kind": "kill9-master", "node": "n1"}),
+        ("n2", "UNWRITTEN", None),  # between the faults
+        ("n3", "PARTIAL_RECORD", {"n": 2, "kind": "disk-full", "node": "n3"}),
+    ]
+    assert f["truncations"][1] | {"fault": None} == {
+        "node": "n1",
+        "t": local(2026, 11, 28, 2, 29, 49, 123000),
+        "cause": "FORK",
+        "at": 23271142,
+        "end": 23274477,
+        "bytes": 3335,
+        "confirm": 23270000,
+        "allowed": True,
+        "detail": "fork case 1-2: the master's epoch 4 starts at 23271142",
+        "fault": None,
+    }
+    assert f["truncations_by_cause"] == {"TORN_TAIL": 1, "FORK": 1, "UNWRITTEN": 1, "PARTIAL_RECORD": 1}
+    assert (f["refused_cuts"], f["guard_errors"], f["unreadable_cut_lines"]) == (1, 1, 0)
+    assert failures(summary([kill, disk], CLEAN | f)) == ["refused_cuts 1", "guard_errors 1"]
+
+
+# --- sends that failed while a replica could have taken them ---------------------------------------
+
+WHOLE = frozenset({"n1", "n2", "n3"})
+
+
+@pytest.mark.parametrize(
+    "t, sync_state_sets, out, writable",
+    [
+        pytest.param(5.0, [(0.0, WHOLE)], [], WHOLE, id="nothing wrong: the whole set"),
+        pytest.param(
+            105.0, [(0.0, WHOLE)], [ReplicaOut("n1", 100.0, 110.0)], {"n2", "n3"}, id="kill -9 of the master: its slaves could"
+        ),
+        pytest.param(
+            105.0,
+            [(0.0, WHOLE), (103.0, frozenset({"n2"}))],
+            [ReplicaOut("n1", 100.0, 110.0)],
+            {"n2"},
+            id="after the election: the new master",
+        ),
+        pytest.param(
+            105.0,
+            [(0.0, WHOLE), (90.0, frozenset({"n1"}))],
+            [ReplicaOut("n1", 100.0, 110.0)],
+            set(),
+            id="the disk of the only in-sync replica full",
+        ),
+        pytest.param(
+            105.0,
+            [(0.0, WHOLE)],
+            [ReplicaOut("n1", 100.0, 110.0), ReplicaOut("n2", 100.0, 110.0), ReplicaOut("n3", 101.0, 106.0)],
+            set(),
+            id="the whole group down",
+        ),
+        pytest.param(111.0, [(0.0, WHOLE)], [ReplicaOut("n1", 100.0, 110.0)], WHOLE, id="after the heal"),
+    ],
+)
+def test_the_replicas_that_could_have_taken_a_write(t, sync_state_sets, out, writable):
+    assert writable_members(t, sync_state_sets, out) == writable
+
+
+def test_failed_sends_count_unless_no_in_sync_replica_could_write():
+    kill = Outcome("kill9-master", "n1", 100.0, 110.0)  # retries that did not bridge the failover: counted
+    web = Outcome("kill-web", "n2", 120.0, 125.0)  # the master was fine: counted
+    disk = Outcome("disk-full", "n2", 140.0, 150.0)  # the only in-sync replica full: not counted
+    sync_state_sets = [(float("-inf"), WHOLE), (101.0, frozenset({"n2"})), (130.0, WHOLE), (139.0, frozenset({"n2"}))]
+    fails = [
+        {"t": 100.5, "kind": "fail", "id": "m-1", "sent": 97.5, "error": "TimeoutError: send timed out"},
+        {"t": 121.0, "kind": "fail", "id": "m-2", "sent": 118.0, "error": "ConnectionError: refused"},
+        {"t": 145.0, "kind": "fail", "id": "m-3", "sent": 142.0, "error": "BrokerError: the store is not running"},
+        {"t": 160.0, "kind": "fail", "id": "m-4", "sent": 157.0, "error": "TimeoutError: send timed out"},
+    ]
+    f = failed_send_figures(fails, sync_state_sets, [kill, web, disk])
+    assert (f["failed_sends_after_retries"], f["failed_sends_while_writable"]) == (4, 3)
+    assert f["failed_sends_while_writable_by_fault"] == {"kill9-master": 1, "kill-web": 1, "between faults": 1}
+    assert f["first_failed_sends_while_writable"][0] == {
+        "t": 100.5,
+        "id": "m-1",
+        "error": "TimeoutError: send timed out",
+        "writable": ["n2", "n3"],
+        "fault": {"n": 1, "kind": "kill9-master", "node": "n1"},
+    }
+    assert [s["id"] for s in f["first_failed_sends_while_writable"]] == ["m-1", "m-2", "m-4"]
+    assert failures(summary([kill, web, disk], CLEAN | f)) == ["failed_sends_while_writable 3"]

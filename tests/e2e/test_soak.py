@@ -2,7 +2,8 @@
 slave killed, the HA link cut, the master killed with the web server, the web server, worker and
 beat each killed, Redis restarted with its data lost, PostgreSQL restarted fast or crashed, the
 control plane's connections terminated, one broker's disk filled) against the official client's
-load on its own Redis and PostgreSQL, then the soak's checks as its JSON line reports them. The
+load on its own Redis and PostgreSQL, then the soak's checks as its JSON line reports them (also the
+sends given up while a replica could write, and the cuts of the commit logs the brokers logged). The
 soak's partition kinds are chaos/partition.py's faults, which tests/e2e/test_partitions.py runs with
 more checks of their own; they are left out here to keep CI short.
 
@@ -43,6 +44,10 @@ def test_every_fault_kind_once_loses_nothing_and_elects_only_for_the_master():
     assert done.returncode == 0
     assert out["faults"] == len(expected)
     assert out["acked"] > 1000 and out["acked_lost"] == 0 and out["acked_undelivered"] == 0
+    # no send given up while an in-sync replica could have taken it; no cut that acknowledged data stopped
+    assert out["failed_sends_while_writable"] == 0, out["first_failed_sends_while_writable"]
+    assert (out["refused_cuts"], out["guard_errors"], out["unreadable_cut_lines"]) == (0, 0, 0), out["truncations"]
+    assert sum(out["truncations_by_cause"].values()) == len(out["truncations"])
     assert out["masters_per_epoch_max"] == 1
     assert out["logs_identical"] is True and out["logs_compared_bytes"] > 0
     assert out["spurious_elections"] == 0 and out["control_plane_outage_depositions"] == 0 and out["burnt_epochs"] == 0
