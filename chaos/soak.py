@@ -21,7 +21,8 @@ random order, then they are drawn at random):
   postgres-restart        PostgreSQL stopped (fast, or immediate: a crash) and started again
   pg-terminate            pg_terminate_backend of every connection to the control plane's database
   disk-full               one broker's store filesystem (a tmpfs of its own) filled; freed after
-                          3 s and the broker restarted (needs root for the mounts)
+                          3 s; the broker repairs its store by itself (needs root for the mounts)
+  disk-full-master        the same on the master: it steps down, repairs its store, follows
   partition-master-cp     real partitions (chaos/partition.py; every broker then runs in a network
   partition-slave-master  namespace of its own, testkit/netns.py, which needs root): the master from
   partition-cp-minority   the control plane, a slave from the master, the control plane from one
@@ -133,6 +134,7 @@ KINDS = (
     "kill-with-controlplane",
     *CONTROL_PLANE_KINDS,
     "disk-full",
+    "disk-full-master",
 )
 PARTITIONS = {  # soak kind -> chaos/partition.py shape
     "partition-master-cp": "master-from-controlplane",
@@ -143,10 +145,11 @@ PARTITIONS = {  # soak kind -> chaos/partition.py shape
 KINDS = (*KINDS, *PARTITIONS)
 CONTROL_PLANE_KINDS = (*CONTROL_PLANE_KINDS, "partition-cp-majority")  # the control plane's own outage
 MASTER_FAULTS = ("kill9-master", "sigstop-master", "kill-with-controlplane", "partition-master-cp")  # one election each
-NEEDS_ROOT = ("disk-full", *PARTITIONS)
+DISK_FULL_KINDS = ("disk-full", "disk-full-master")
+NEEDS_ROOT = (*DISK_FULL_KINDS, *PARTITIONS)
 # the faults that leave the replica they hit unable to take a write (killed, frozen, its store full)
 # from the fault until its heal; a partition or a cut HA link leaves every replica able to
-REPLICA_OUT_KINDS = ("kill9-master", "kill9-slave", "sigstop-master", "kill-with-controlplane", "disk-full")
+REPLICA_OUT_KINDS = ("kill9-master", "kill9-slave", "sigstop-master", "kill-with-controlplane", *DISK_FULL_KINDS)
 FIRST_FAILED_SENDS = 20
 START_TIMEOUT_S = 90.0
 WHOLE_TIMEOUT_S = 90.0
@@ -289,9 +292,12 @@ class DiskFull(SoakFault):
     kind = "disk-full"
     hold_s = 3.0
 
+    def _target(self, master):
+        return self.soak.rng.choice(self.h.nodes)
+
     def inject(self) -> None:
         master = self._master()
-        node = self.soak.rng.choice(self.h.nodes)
+        node = self._target(master)
         self._begin(node, master)
         self.ballast = self.soak.tmpfs[node.name] / "ballast"
         filled = fill(self.ballast)
@@ -306,6 +312,16 @@ class DiskFull(SoakFault):
         self.ballast.unlink(missing_ok=True)
         self.h.note(f"ballast removed from {node.name}'s store")
         wait_until(lambda: self.h.rejoined_as_slave(node) or self.h.master_node() is node, WHOLE_TIMEOUT_S, f"{node.name} back")
+
+
+class DiskFullMaster(DiskFull):
+    """``disk-full`` on the master, every time: its step-down (issue 33) is run on every soak, not
+    only when the draw falls on it."""
+
+    kind = "disk-full-master"
+
+    def _target(self, master):
+        return master
 
 
 class ClientLoad:
@@ -364,6 +380,8 @@ def make_fault(kind: str, soak: Soak, producer: EventLog) -> Fault:
         return PgTerminate(soak, producer)
     if kind == "disk-full":
         return DiskFull(soak, producer)
+    if kind == "disk-full-master":
+        return DiskFullMaster(soak, producer)
     if kind in PARTITIONS:
         shape = SHAPES[PARTITIONS[kind]]
         return type(f"Client{shape.__name__}", (ClientSide, shape), {})(h, ClientLoad(producer, soak.prober))
@@ -401,7 +419,7 @@ class Outcome:
         what moves the writes)."""
         if self.kind in MASTER_FAULTS:
             return 1
-        return int(self.kind == "disk-full" and self.on_master)
+        return int(self.kind in DISK_FULL_KINDS and self.on_master)
 
     @property
     def spurious(self) -> int:
@@ -620,7 +638,7 @@ def run(args: argparse.Namespace) -> dict:
         h = Harness(settings, run_dir, env, scan_interval_ms=1000, verbose=not args.quiet, network=network)
         soak = Soak(h, redis, pg, database, rng)
         try:
-            if "disk-full" in kinds:
+            if any(k in DISK_FULL_KINDS for k in kinds):
                 mounted = soak.tmpfs = mount_stores(h.nodes)
             h.start()
             access = ";".join(n.grpc_addr for n in h.nodes)
