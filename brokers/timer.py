@@ -5,8 +5,10 @@ TimerMessageStore, reference §7).
 - **Accepted** (``delivery_due``, ``into_wheel``): a message due later is stored in the system topic
   ``rmq_sys_wheel_timer`` queue 0 with its real topic and queue (``REAL_TOPIC`` / ``REAL_QID``) and
   its due time (``TIMER_OUT_MS``), as RocketMQ's put hook rewrites it; one due now goes to its topic
-  at once. A delivery time beyond ``timerMaxDelaySec`` or more than ``PAST_TOLERANCE_MS`` in the past
-  is refused (ILLEGAL_DELIVERY_TIME), nothing stored.
+  at once, however long ago it was due (as RocketMQ: its broker holds a timer back only while its
+  time is ahead; a producer whose clock runs behind, or a retry across a failover of a timer already
+  due, is answered like any send). Only a delivery time beyond ``timerMaxDelaySec`` is refused
+  (ILLEGAL_DELIVERY_TIME), nothing stored.
 - **Delivered** by the serving master (``TimerService``): every ``timerPrecisionMs`` it reads the
   timer queue's new entries into an in-memory wheel (slots of ``timerPrecisionMs``), takes what is
   due (never before its time), and writes the messages back to their topics (``out_of_wheel``:
@@ -50,9 +52,6 @@ TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
 TIMER_KEYS = frozenset({TIMER_DELIVER_MS, TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, REAL_TOPIC, REAL_QID})
-# The official Python client gives a delivery time in whole seconds (Timestamp.seconds): a time up to
-# this long ago is "now" (delivered at once), an older one is refused.
-PAST_TOLERANCE_MS = 1000
 READ_BATCH = 1024
 # Timers due within this long are kept in memory as read (their delivery reads nothing back), up to
 # KEPT_MAX of them; later ones are read from the log when due.
@@ -74,15 +73,13 @@ class TimerRefused(ValueError):
 
 
 def delivery_due(deliver_ms: int, now: int, max_delay_ms: int) -> int | None:
-    """The due time of a message asked for ``deliver_ms``: None when it is due now (it goes to its
-    topic at once). TimerRefused for a time too far ahead or in the past."""
+    """The due time of a message asked for ``deliver_ms``: None when it is due now or was due in the
+    past (it goes to its topic at once). TimerRefused for a time too far ahead."""
     if deliver_ms > now + max_delay_ms:
         raise TimerRefused(
             f"delivery time {deliver_ms} ms is {(deliver_ms - now) / 1000:.0f} s ahead, beyond the maximum "
             f"{max_delay_ms // 1000} s (timerMaxDelaySec); delivery_timestamp is in seconds and nanos"
         )
-    if deliver_ms < now - PAST_TOLERANCE_MS:
-        raise TimerRefused(f"delivery time {deliver_ms} ms is {(now - deliver_ms) / 1000:.1f} s in the past")
     return deliver_ms if deliver_ms > now else None
 
 

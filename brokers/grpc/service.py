@@ -477,9 +477,9 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         brokers/delay_levels.py): kept in the timer queue until due, or stored at once when due now,
         or when it went through a timer wheel already (``TIMER_OUT_MS``: escaped by another broker
         set's acting master, brokers/escape.py). A delay level wins over a delivery time (RocketMQ's
-        rule); with useDelayLevel a delivery time is rounded up to a level. Refused: a time in the
-        past or beyond timerMaxDelaySec (ILLEGAL_DELIVERY_TIME), a level that is not a whole number
-        (ILLEGAL_MESSAGE_PROPERTY_KEY)."""
+        rule); with useDelayLevel a delivery time is rounded up to a level. A time in the past is due
+        now. Refused: a time beyond timerMaxDelaySec (ILLEGAL_DELIVERY_TIME), a level that is not a
+        whole number (ILLEGAL_MESSAGE_PROPERTY_KEY)."""
         props = msg.properties
         asked = None if at is None else at.seconds * 1000 + at.nanos // 1_000_000
         if TIMER_OUT_MS in props:
