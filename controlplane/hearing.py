@@ -36,15 +36,23 @@ def _max_gap() -> int:
 
 log = logging.getLogger(__name__)
 
-# KEYS: last zset, record hash. ARGV: clock. Returns {now, record fields since, look, spans, stamps...}.
+# KEYS: last zset, record hash. ARGV: clock. Returns {now, since, look, spans, known, horizon stamp}.
+# The horizon (blindness.horizon: the ceil(k/2)-th most recent of k last heartbeats) is read by its
+# rank, one element: an election reads the hearing, and reading every broker's stamp made the
+# election path linear in the brokers known (bench/elections.py, 1,000 sets: 4x slower, issue 34).
 _READ = (
     LUA_NOW_MS_OR_ARGV1
     + """
 local out = {now}
 local r = redis.call('HMGET', KEYS[2], 'since', 'look', 'spans')
 out[2], out[3], out[4] = r[1] or '', r[2] or '', r[3] or ''
-local stamps = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-for i = 2, #stamps, 2 do out[#out + 1] = stamps[i] end
+local known = redis.call('ZCARD', KEYS[1])
+out[5] = known
+out[6] = ''
+if known > 0 then
+  local at = redis.call('ZREVRANGE', KEYS[1], math.floor((known + 1) / 2) - 1, math.floor((known + 1) / 2) - 1, 'WITHSCORES')
+  out[6] = at[2]
+end
 return out
 """
 )
@@ -84,22 +92,23 @@ class Record:
     def record_key(self) -> str:
         return key(self.app, "hearing")
 
-    def _read(self, client, now_ms: int | None) -> tuple[int, int | None, int | None, list[Span], list[int]]:
+    def _read(self, client, now_ms: int | None) -> tuple[int, int | None, int | None, list[Span], int, int | None]:
+        """(now, since, look, recorded spans, brokers known, the horizon's heartbeat)."""
         reply = client.eval(_READ, 2, self.last_key, self.record_key, clock_arg(now_ms))
         now, since, look, spans = int(reply[0]), reply[1], reply[2], reply[3]
         recorded = [Span(int(a), int(b)) for a, b in json.loads(spans)] if spans else []
-        stamps = [int(float(x)) for x in reply[4:]]
-        return now, int(since) if since else None, int(look) if look else None, recorded, stamps
+        at_horizon = int(float(reply[5])) if reply[5] else None
+        return now, int(since) if since else None, int(look) if look else None, recorded, int(reply[4]), at_horizon
 
     @staticmethod
-    def _judge(now: int, look: int | None, recorded: list[Span], stamps: list[int]) -> tuple[Span, ...]:
-        pending = blindness.pending(blindness.horizon(stamps), look, now, grace=_grace(), max_gap=_max_gap())
+    def _judge(now: int, look: int | None, recorded: list[Span], at_horizon: int | None) -> tuple[Span, ...]:
+        pending = blindness.pending(at_horizon, look, now, grace=_grace(), max_gap=_max_gap())
         return blindness.merged([*recorded, *pending], now)
 
     def view(self, now_ms: int | None = None) -> View:
         """The hearing now (or at ``now_ms``), with the pending spans; nothing is stored."""
-        now, since, look, recorded, stamps = self._read(sync_client(), now_ms)
-        return View(now, self._judge(now, look, recorded, stamps), since, len(stamps))
+        now, since, look, recorded, known, at_horizon = self._read(sync_client(), now_ms)
+        return View(now, self._judge(now, look, recorded, at_horizon), since, known)
 
     def look(self, now_ms: int | None = None) -> View:
         """A scan's look: record the pending blind spans and this look (an optimistic transaction:
@@ -109,10 +118,10 @@ class Record:
             with client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(self.record_key)
-                    now, since, look, recorded, stamps = self._read(pipe, now_ms)
+                    now, since, look, recorded, known, at_horizon = self._read(pipe, now_ms)
                     if look is not None and now < look:  # another scan looked later: judge with its record
-                        return View(now, self._judge(now, look, recorded, stamps), since, len(stamps))
-                    blind = self._judge(now, look, recorded, stamps)
+                        return View(now, self._judge(now, look, recorded, at_horizon), since, known)
+                    blind = self._judge(now, look, recorded, at_horizon)
                     since = now if since is None else since
                     pipe.multi()
                     pipe.hset(
@@ -129,5 +138,5 @@ class Record:
                     self.app,
                     blind[-1].start,
                 )
-            return View(now, blind, since, len(stamps))
+            return View(now, blind, since, known)
         raise RuntimeError(f"{self.app}: could not record the hearing (too many concurrent scans)")

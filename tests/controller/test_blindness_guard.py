@@ -111,3 +111,20 @@ def test_after_a_redis_restart_a_live_master_is_never_deposed(cluster):
         beat(name, i, t + 100)
     t = run(t + 100, t + 20_000, ALL)
     assert elections() == [("g1", 1, 1), ("g2", 1, 1)]
+
+
+@pytest.mark.parametrize("known", [1, 2, 3, 4, 7, 300])
+def test_the_hearing_reads_the_horizon_by_rank_as_the_pure_rule_defines_it(known):
+    """The hearing record reads one stamp, the horizon's (so an election costs the same with 3 brokers
+    known or 3,000); it must be the stamp blindness.horizon picks from them all."""
+    import random
+
+    from controlplane import blindness
+
+    record = liveness.HEARING
+    stamps = [random.Random(known).randrange(1_000_000) for _ in range(known)]
+    client = sync_client()
+    client.zadd(record.last_key, {f"m{i}": s for i, s in enumerate(stamps)})
+    now, _since, _look, _spans, counted, at_horizon = record._read(client, None)
+    assert counted == known and at_horizon == blindness.horizon(stamps)
+    assert record.view().known == known
