@@ -165,6 +165,7 @@ def _live_info(broker_id: int, fields, hearing: View) -> LiveInfo:
     return LiveInfo(
         broker_id,
         alive=not hearing.silent_past(int(last), int(timeout)),
+        within_timeout=hearing.now - int(last) <= int(timeout),
         epoch=int(epoch),
         max_offset=int(max_offset),
         confirm_offset=int(confirm),

@@ -396,6 +396,53 @@ def test_policy_returns_none_when_the_pool_has_nobody_alive():
     assert elect_policy(SET_123, {}, enable_unclean=True, preferred=None) is None
 
 
+def blind(i: int) -> LiveInfo:
+    """Alive only because the control plane could not hear (blind time discounted): its last heartbeat
+    is past its own timeout."""
+    return LiveInfo(i, True, broker_address=addr(i), within_timeout=False)
+
+
+@pytest.mark.parametrize(
+    "lv, request_, code_, master",
+    [
+        pytest.param(
+            {1: blind(1), 2: L(2), 3: L(3)},
+            broker(2),
+            C.CONTROLLER_MASTER_STILL_EXIST,
+            1,
+            id="blindness-never-deposes-the-master",
+        ),
+        pytest.param(
+            {1: L(1, alive=False), 2: blind(2), 3: L(3)},
+            operator(2),
+            C.CONTROLLER_ELECT_MASTER_FAILED,
+            None,
+            id="designating-a-broker-past-its-timeout-2012",
+        ),
+        pytest.param(
+            {1: L(1, alive=False), 2: blind(2), 3: L(3)}, controller(), C.SUCCESS, 3, id="only-evidence-of-life-is-electable"
+        ),
+        pytest.param(
+            {1: L(1, alive=False), 2: blind(2), 3: blind(3)},
+            broker(2),
+            C.CONTROLLER_ELECT_MASTER_FAILED,
+            None,
+            id="nobody-within-timeout-nobody-elected",
+        ),
+    ],
+)
+def test_an_election_needs_a_heartbeat_within_the_declared_timeout(lv, request_, code_, master):
+    """Issue 34: the blindness guard may postpone deposing a master; it never makes a broker whose
+    last heartbeat is past its own timeout electable (RocketMQ: 2012, nothing changes)."""
+    before = state(master=1, me=3, sse=5, sset=(1, 2, 3))
+    d = elect_master(before, lv, request_, enable_unclean=False)
+    assert d.code == code_
+    if code_ == C.SUCCESS:
+        assert d.new_state.master_broker_id == master
+    elif code_ != C.CONTROLLER_MASTER_NOT_AVAILABLE:
+        assert d.new_state is None
+
+
 # --- §1.7 alterSyncStateSet ----------------------------------------------------------------------
 
 # replicas 1..4 (4 registered but not alive), master 1 at masterEpoch 3, SyncStateSet {1, 2} at epoch 5

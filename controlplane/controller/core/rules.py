@@ -26,15 +26,16 @@ def rank_key(info: LiveInfo) -> tuple:
 
 
 def _try_elect(pool: Iterable[int], live: Mapping[int, LiveInfo], old_master: int | None, preferred: int | None) -> int | None:
-    alive = [live[i] for i in pool if i in live and live[i].alive]
-    if not alive:
-        return None
-    alive_ids = {i.broker_id for i in alive}
-    if old_master in alive_ids and (preferred is None or preferred == old_master):
+    """The old master while it is alive (blind time not counted: the guard never deposes for silence
+    it could not hear); otherwise only a replica with evidence of life (its last heartbeat within its
+    own timeout, no discount) may be chosen."""
+    pool = [i for i in pool if i in live]
+    if old_master in pool and live[old_master].alive and (preferred is None or preferred == old_master):
         return old_master
+    electable = [live[i] for i in pool if live[i].electable]
     if preferred is not None:
-        return preferred if preferred in alive_ids else None
-    return min(alive, key=rank_key).broker_id
+        return preferred if any(i.broker_id == preferred for i in electable) else None
+    return min(electable, key=rank_key).broker_id if electable else None
 
 
 def elect_policy(state: SyncState, live: Mapping[int, LiveInfo], *, enable_unclean: bool, preferred: int | None) -> int | None:

@@ -53,12 +53,19 @@ class LiveInfo:
     """What the controller's heartbeat table knows of one replica at decision time (reference §1.10)."""
 
     broker_id: int
-    alive: bool
+    alive: bool  # not silent past its timeout, blind time not counted: not to be deposed (blindness.py)
     epoch: int = -1
     max_offset: int = -1
     confirm_offset: int = -1
     election_priority: int = INT_MAX
     broker_address: str = ""
+    # Its last heartbeat within its own declared timeout, no discount: evidence of life, which an
+    # election needs (blindness may postpone deposing a master, never make a silent broker electable).
+    within_timeout: bool = True
+
+    @property
+    def electable(self) -> bool:
+        return self.alive and self.within_timeout
 
 
 class Trigger(StrEnum):
