@@ -215,11 +215,18 @@ class ReplicaOut:
 
 
 def writable_members(
-    t: float, sync_state_sets: Sequence[tuple[float, frozenset[str]]], replicas_out: Iterable[ReplicaOut]
+    t: float,
+    sync_state_sets: Sequence[tuple[float, frozenset[str]]],
+    replicas_out: Iterable[ReplicaOut],
+    unelectable: Iterable[tuple[float, float]] = (),
 ) -> frozenset[str]:
     """The members of the SyncStateSet in force at ``t`` (the last one seen at or before it;
     ``sync_state_sets`` oldest first) that were not out at ``t``: the replicas that could have taken a
-    write then, had the group routed it to them."""
+    write then, had the group routed it to them. None within an ``unelectable`` span: the master out
+    and the controller down with it, so that no replica could be made master (a slave taking writes
+    without the controller would be a second master)."""
+    if any(start <= t <= end for start, end in unelectable):
+        return frozenset()
     members: frozenset[str] = frozenset()
     for since, sync_state_set in sync_state_sets:
         if since > t:
@@ -229,11 +236,19 @@ def writable_members(
 
 
 def failed_while_writable(
-    fails: Iterable[Mapping], sync_state_sets: Sequence[tuple[float, frozenset[str]]], replicas_out: Sequence[ReplicaOut]
+    fails: Iterable[Mapping],
+    sync_state_sets: Sequence[tuple[float, frozenset[str]]],
+    replicas_out: Sequence[ReplicaOut],
+    unelectable: Sequence[tuple[float, float]] = (),
 ) -> list[dict]:
     """The producer's "fail" events (a send given up after the client's own retries) at whose time
-    (``t``) some member of the SyncStateSet was up, each with those members as ``writable``."""
-    return [dict(f) | {"writable": sorted(w)} for f in fails if (w := writable_members(f["t"], sync_state_sets, replicas_out))]
+    (``t``) some member of the SyncStateSet was up and could take writes, each with those members as
+    ``writable``."""
+    return [
+        dict(f) | {"writable": sorted(w)}
+        for f in fails
+        if (w := writable_members(f["t"], sync_state_sets, replicas_out, unelectable))
+    ]
 
 
 # --- times ----------------------------------------------------------------------------------------

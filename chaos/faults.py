@@ -255,6 +255,7 @@ class KillWithControlPlane(Fault):
     def __init__(self, h: Harness, producer: Producer, down_s: float = 2.0):
         super().__init__(h, producer)
         self.down_s = down_s
+        self.controlplane_back: float | None = None
 
     def inject(self) -> None:
         master = self._master()
@@ -264,6 +265,7 @@ class KillWithControlPlane(Fault):
         self.h.note(f"kill -9 of the master {master.name} and of uvicorn")
         time.sleep(self.down_s)
         took = self.h.controlplane.start_web()
+        self.controlplane_back = time.time()  # wall clock: until then no replica could be made master
         self.h.note(f"uvicorn restarted ({took:.2f} s to answer), {time.monotonic() - self.record.at:.2f} s after the kill")
 
 

@@ -57,7 +57,8 @@ Figures (the last line printed is one JSON object, also in ``report.json``):
                                   the replica a fault had taken out (killed, frozen or its store
                                   full: kill9-*, sigstop-master, kill-with-controlplane, disk-full,
                                   from the fault to its heal). Not counted: the only in-sync
-                                  replica's disk full, the whole set down. Counted: a kill -9 of the
+                                  replica's disk full, the whole set down, a kill-with-controlplane
+                                  until the control plane answered (no controller to elect anyone). Counted: a kill -9 of the
                                   master that the client's retries did not bridge (an in-sync slave
                                   could have been elected), a full master's disk while its slaves
                                   were in sync, any send lost to a control-plane fault alone.
@@ -412,6 +413,7 @@ class Outcome:
     new_masters: int = 0  # of those, the ones that moved the master
     no_master: int = 0  # of those, the ones that found nobody
     problems: list[str] = field(default_factory=list)
+    controller_back: float | None = None  # master and control plane killed together: when it answered again
 
     @property
     def expected_elections(self) -> int:
@@ -548,13 +550,19 @@ def replicas_out(outcomes: Iterable[Outcome]) -> list[ReplicaOut]:
     return [ReplicaOut(o.node, o.at, o.healed) for o in outcomes if o.kind in REPLICA_OUT_KINDS]
 
 
+def unelectable(outcomes: Iterable[Outcome]) -> list[tuple[float, float]]:
+    """The spans in which no replica could be made master: a kill-with-controlplane from the kill until
+    the control plane answered again."""
+    return [(o.at, o.controller_back) for o in outcomes if o.controller_back is not None]
+
+
 def failed_send_figures(
     fails: Sequence[dict], sync_state_sets: Sequence[tuple[float, frozenset[str]]], outcomes: Sequence[Outcome]
 ) -> dict:
     """The sends the client gave up on after its own retries, and those of them given up while a
     member of the SyncStateSet could have taken them (chaos.checks.failed_while_writable), with the
     first few and the fault each came in."""
-    counted = failed_while_writable(fails, sync_state_sets, replicas_out(outcomes))
+    counted = failed_while_writable(fails, sync_state_sets, replicas_out(outcomes), unelectable(outcomes))
     faults = [fault_at(outcomes, f["t"]) for f in counted]
     return {
         "failed_sends_after_retries": len(fails),
@@ -728,6 +736,7 @@ def inject_one(fault: Fault, kind: str, producer_log: EventLog) -> Outcome:
     r = fault.record
     healed = getattr(fault, "healed", None) or time.time()
     outcome = Outcome(kind, r.node, r.at_wall, healed, on_master=r.node == r.old_master, problems=list(r.problems))
+    outcome.controller_back = getattr(fault, "controlplane_back", None)
     outcome.rto_s = rto(sorted(e["t"] for e in producer_log.of("ack")), outcome)
     return outcome
 

@@ -316,3 +316,18 @@ def test_failed_sends_count_unless_no_in_sync_replica_could_write():
     }
     assert [s["id"] for s in f["first_failed_sends_while_writable"]] == ["m-1", "m-2", "m-4"]
     assert failures(summary([kill, web, disk], CLEAN | f)) == ["failed_sends_while_writable 3"]
+
+
+def test_no_replica_could_write_while_the_master_and_the_controller_were_both_down():
+    """kill-with-controlplane: from the kill until the control plane answers again no replica could be
+    made master (a slave taking writes without the controller would be a second master); a send
+    given up then is not counted. One given up after the control plane was back is."""
+    both = Outcome("kill-with-controlplane", "n1", 100.0, 110.0, controller_back=103.0)
+    fails = [
+        {"t": 102.7, "kind": "fail", "id": "m-1", "sent": 100.0, "error": "UNAVAILABLE: connection refused"},
+        {"t": 106.0, "kind": "fail", "id": "m-2", "sent": 103.5, "error": "TimeoutError: send timed out"},
+    ]
+    f = failed_send_figures(fails, [(float("-inf"), WHOLE)], [both])
+    assert f["failed_sends_while_writable"] == 1
+    assert [s["id"] for s in f["first_failed_sends_while_writable"]] == ["m-2"]
+    assert writable_members(102.7, [(0.0, WHOLE)], [], [(100.0, 103.0)]) == frozenset()
