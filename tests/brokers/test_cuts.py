@@ -83,6 +83,14 @@ def store(root, segment: int = SEG) -> MessageStore:
     return MessageStore(StoreConfig(root, mapped_file_size_commit_log=segment))
 
 
+async def copy_store(root) -> MessageStore:
+    """A started store that takes replicated bytes as a slave's does (entries parked until confirmed)."""
+    s = store(root)
+    await s.start()
+    s.set_follow_max(False)
+    return s
+
+
 def guard_lines(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if MARKER in r.getMessage()]
 
@@ -95,9 +103,7 @@ def test_a_takeover_never_cuts_whole_records_behind_a_stale_position(tmp_path, c
     caplog.set_level(logging.WARNING)
 
     async def scenario():
-        s = store(tmp_path)
-        await s.start()
-        s.set_follow_max(False)
+        s = await copy_store(tmp_path)
         first = record(b"a" * 100, 0)
         hole = bytes(500)
         after = b"".join(record(b"b" * 100, len(first) + len(hole) + i * len(REC)) for i in range(5))
@@ -117,9 +123,7 @@ def test_a_takeover_cuts_a_copy_that_ends_inside_a_record(tmp_path, caplog):
     caplog.set_level(logging.WARNING)
 
     async def scenario():
-        s = store(tmp_path)
-        await s.start()
-        s.set_follow_max(False)
+        s = await copy_store(tmp_path)
         whole = record(b"a" * 100, 0)
         torn = record(b"b" * 100, len(whole))[:60]
         await s.append_replicated([(0, whole + torn)])
@@ -174,9 +178,7 @@ def test_a_replicated_write_still_lands_when_its_caller_is_cancelled(tmp_path):
     written, and the next master's records after a hole of zeros)."""
 
     async def scenario():
-        s = store(tmp_path)
-        await s.start()
-        s.set_follow_max(False)
+        s = await copy_store(tmp_path)
         busy = threading.Event()
         blocker = asyncio.get_running_loop().run_in_executor(s._io, busy.wait, 30)
         data = b"".join(record(b"c" * 100, i * len(REC)) for i in range(10))
@@ -234,9 +236,7 @@ def test_a_transfer_ending_inside_a_record_header_is_no_alarm(tmp_path, caplog):
     async def scenario():
         data = b"".join(record(b"d" * 100, i * len(REC)) for i in range(3))
         for split in (len(REC) + 1, len(REC) + 2, len(REC) + 7):
-            s = store(tmp_path / str(split))
-            await s.start()
-            s.set_follow_max(False)
+            s = await copy_store(tmp_path / str(split))
             await s.append_replicated([(0, data[:split])])
             await s.append_replicated([(split, data[split:])])
             await s.shutdown()
