@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 
+from testkit.brokers import guard_errors
 from testkit.controlplane import fresh_standalone_env
 from testkit.faultproxy import FaultProxy
 from testkit.procs import ARTIFACTS, wait_until
@@ -361,6 +362,9 @@ def drain_and_check(h: Harness, producer: Producer, report: Report) -> None:
     checker = h.controlplane.manage("check_controller_invariants", GROUP, check=False)
     report.invariant_checker = (checker.returncode, (checker.stdout + checker.stderr).strip())
     report.broker_exit_codes = h.stop_brokers()
+    guard = guard_errors(logs=[n.process.log_path for n in h.nodes])
+    if guard:  # brokers/store/cuts.py: a refused cut of acknowledged data, or a copy that is no record
+        report.problems.append(f"{len(guard)} broker log line(s) carry the acknowledged-data guard's marker, e.g. {guard[0]}")
     report.logs = compare_logs(
         {n.name: n.log_span() for n in h.nodes}, lambda name, lo, hi: next(n for n in h.nodes if n.name == name).read_log(lo, hi)
     )
