@@ -1,5 +1,6 @@
 """ASGI entry point: Django for HTTP, Channels for the broker and dashboard websockets."""
 
+import asyncio
 import os
 
 from django.core.asgi import get_asgi_application
@@ -12,10 +13,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from controlplane.hearing import stamp_web_forever  # noqa: E402
 from controlplane.ws import BrokerConsumer  # noqa: E402
 from dashboards.live import DashboardConsumer  # noqa: E402
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
@@ -30,3 +32,22 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+
+async def application(scope, receive, send):
+    """The router, and the ASGI lifespan: while the server runs, this process stamps the hearing record
+    (controlplane.hearing.stamp_web_forever), so that the blindness guard knows when the web tier was
+    down whatever the brokers' heartbeat patterns."""
+    if scope["type"] != "lifespan":
+        return await router(scope, receive, send)
+    stamping = None
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            stamping = asyncio.get_running_loop().create_task(stamp_web_forever(), name="web-stamp")
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            if stamping is not None:
+                stamping.cancel()
+            await send({"type": "lifespan.shutdown.complete"})
+            return

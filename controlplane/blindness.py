@@ -1,25 +1,37 @@
-"""The blindness guard (issue 19): a broker is declared dead only for silence the control plane could
-have heard. Pure values in and out; the Redis record and the scans that feed it are in
+"""The blindness guard (issues 19 and 34): a broker is declared dead only for silence the control plane
+could have heard. Pure values in and out; the Redis record and the scans that feed it are in
 ``controlplane.hearing``.
 
-The rule, in three sentences (docs/failover.md, "When the control plane is blind"):
+The rule (docs/failover.md, "When the control plane is blind"). "Blind" is judged from what the control
+plane *expected* to hear, never from brokers merely being quiet: RocketMQ lets each broker declare its
+own ``heartbeatTimeoutMillis``, and a classic broker registers every 30 s, so a broker that has not
+beaten for a while may be perfectly alive.
 
-1. **The horizon.** At any instant, the control plane has heard at least half of the brokers it knows
-   up to its *horizon*: the ⌈k/2⌉-th most recent of the k brokers' last heartbeats. Time after the
-   horizon plus a grace (a few heartbeat intervals) is *blind*: less than half of the brokers are
-   reaching it, which a broker's own death never causes alone (a replica set of two losing its
-   master still has half). Its own outage, a Redis outage or a partition from most brokers does.
-2. **Unobserved time.** Time in which no scan looked (beat and workers down, Redis unreachable) for
+1. **Expectations.** Each heartbeat sets when the next one is due: the beat plus the interval the
+   broker has shown (the time since its previous beat, at least ``MIN_INTERVAL_MILLIS``), never later
+   than its own timeout; a first beat, whose interval is unknown, is due within the timeout.
+2. **The horizon.** Of the k brokers whose expectation is recent (not more than ``stale`` ago: older
+   ones are stale or decommissioned registrations, evidence of nothing), the ⌈k/2⌉-th latest
+   expectation. Time after it plus a grace (a scan tick) is *blind*: more than half of the brokers
+   that were due have not been heard, which a broker's own death never causes alone (a replica set of
+   two losing its master still has half), but a partition of the control plane from most brokers
+   does. A slow or long-timeout broker counts only once it is overdue by its own pattern.
+3. **The web tier.** The web tier stamps the record while it serves (``WEB_STAMP_MILLIS``); time after
+   its last stamp plus ``web_grace`` is blind, whatever the brokers' patterns: no heartbeat could
+   reach the control plane then.
+4. **Unobserved time.** Time in which no scan looked (beat and workers down, Redis unreachable) for
    longer than ``max_gap`` is blind too, from the last look plus the gap: what the brokers did then
    is overwritten by later beats and cannot be judged afterwards.
-3. **Expiry.** A broker is silent past its timeout when the time since its last heartbeat, *less the
+5. **Expiry.** A broker is silent past its timeout when the time since its last heartbeat, *less the
    blind time in it*, exceeds the timeout. A broker missing from the table (Redis lost it) is not
    judged at all until the record has heard for one default timeout since it began (``warm``).
 
 So no broker is declared dead for a period in which the control plane could not hear, and no election
 follows from it; brokers keep serving with their cached roles meanwhile (seed 004: the controller is a
-weak dependency). The price: when more than half of the brokers truly die at once, the control plane
-takes it for its own blindness and waits for them; an operator's election still works.
+weak dependency). Blindness only postpones a verdict: it never makes a broker electable (an election
+needs a heartbeat within the declared timeout, undiscounted). The price: when more than half of the
+brokers truly die at once, the control plane takes it for a partition and waits, at most ``stale``
+after they were due; an operator's election still works.
 """
 
 from __future__ import annotations
@@ -27,8 +39,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-DEFAULT_GRACE_MILLIS = 1_500  # > one brokerHeartbeatInterval (1 s) plus a scan tick
+DEFAULT_GRACE_MILLIS = 500  # a scan tick: expectations already hold the broker's own interval
 DEFAULT_MAX_GAP_MILLIS = 5_000  # scans tick every 0.5 s: ten missed ticks
+DEFAULT_WEB_GRACE_MILLIS = 1_000  # four missed web stamps
+DEFAULT_STALE_MILLIS = 60_000  # an expectation overdue by more is no evidence of blindness
+MIN_INTERVAL_MILLIS = 1_000  # brokerHeartbeatInterval's default: two beats closer than this are one burst
+WEB_STAMP_MILLIS = 250  # how often each web process stamps the record
 KEEP_MILLIS = 24 * 3600 * 1000  # spans older than any sane heartbeat timeout are dropped
 MAX_SPANS = 512
 
@@ -41,28 +57,41 @@ class Span:
     end: int
 
 
-def horizon(last_beats: Iterable[int]) -> int | None:
-    """The latest instant up to which at least half of the known brokers have been heard: the
-    ⌈k/2⌉-th most recent of k last heartbeats. None when no broker is known."""
-    beats = sorted(last_beats, reverse=True)
-    if not beats:
+def expectation(now: int, previous_beat: int | None, timeout: int, *, min_interval: int = MIN_INTERVAL_MILLIS) -> int:
+    """Rule 1: when a broker beating at ``now`` (its previous beat at ``previous_beat``, None for a
+    first) is next due. ``controlplane.hearing``'s heartbeat scripts compute the same in Redis."""
+    if previous_beat is None:
+        return now + timeout
+    return now + min(timeout, max(now - previous_beat, min_interval))
+
+
+def horizon(expectations: Iterable[int], now: int | None = None, *, stale: int = DEFAULT_STALE_MILLIS) -> int | None:
+    """Rule 2: the ⌈k/2⌉-th latest of the k recent expectations (``now`` None: all of them). None when
+    no broker is due recently."""
+    due = sorted((e for e in expectations if now is None or e >= now - stale), reverse=True)
+    if not due:
         return None
-    return beats[(len(beats) + 1) // 2 - 1]
+    return due[(len(due) + 1) // 2 - 1]
 
 
 def pending(
-    beat_at_horizon: int | None,
+    at_horizon: int | None,
     last_look: int | None,
     now: int,
     *,
+    web: int | None = None,
     grace: int = DEFAULT_GRACE_MILLIS,
     max_gap: int = DEFAULT_MAX_GAP_MILLIS,
+    web_grace: int = DEFAULT_WEB_GRACE_MILLIS,
 ) -> list[Span]:
     """The blind spans up to ``now`` that the record does not hold yet: after the horizon plus the
-    grace (rule 1), and after the last look plus the gap (rule 2)."""
+    grace (rule 2), after the web tier's last stamp plus its grace (rule 3; None: never stamped) and
+    after the last look plus the gap (rule 4)."""
     spans = []
-    if beat_at_horizon is not None and now > beat_at_horizon + grace:
-        spans.append(Span(beat_at_horizon + grace, now))
+    if at_horizon is not None and now > at_horizon + grace:
+        spans.append(Span(at_horizon + grace, now))
+    if web is not None and now > web + web_grace:
+        spans.append(Span(web + web_grace, now))
     if last_look is not None and now > last_look + max_gap:
         spans.append(Span(last_look + max_gap, now))
     return spans
@@ -89,7 +118,7 @@ def heard_millis(start: int, end: int, blind: Sequence[Span]) -> int:
 
 
 def silent_past(last_beat: int, timeout: int, now: int, blind: Sequence[Span]) -> bool:
-    """Rule 3: heard silence since the last heartbeat exceeds the timeout (RocketMQ's
+    """Rule 5: heard silence since the last heartbeat exceeds the timeout (RocketMQ's
     ``last + timeout < now``, with blind time not counted)."""
     return heard_millis(last_beat, now, blind) > timeout
 

@@ -2,10 +2,13 @@
 
 Each liveness table (the nameserver's ``ns``, the controller's ``ctl``) keeps, beside its own keys:
 
-- ``<app>:last``: a sorted set, member -> its last heartbeat (Redis's clock, ms), stamped by the
-  table's heartbeat script and removed when the table forgets the member;
+- ``<app>:last``: a sorted set, member -> its last heartbeat (Redis's clock, ms), and ``<app>:expect``,
+  member -> when its next heartbeat is due (``blindness.expectation``), both stamped by the table's
+  heartbeat script (``LUA_HEARD``) and removed when the table forgets the member;
 - ``<app>:hearing``: a hash, ``since`` (when this record began: a Redis restart starts a new one),
   ``look`` (the last scan's look) and ``spans`` (the blind spans, JSON).
+
+and both read ``web:stamp``, the last instant a web process was serving (``stamp_web``).
 
 Every scan ``look``s before it judges: the blind spans pending since the last look are recorded then,
 before later heartbeats overwrite the evidence. A judgement (``view``) adds the spans pending now to
@@ -14,6 +17,7 @@ the recorded ones without storing them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -23,39 +27,60 @@ from django.conf import settings
 
 from . import blindness
 from .blindness import Span
-from .redis import LUA_NOW_MS_OR_ARGV1, clock_arg, key, sync_client
+from .redis import LUA_NOW_MS_OR_ARGV1, async_client, clock_arg, key, sync_client
 
 
-def _grace() -> int:
-    return int(getattr(settings, "HEARING_GRACE_MILLIS", blindness.DEFAULT_GRACE_MILLIS))
+def _setting(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
 
 
-def _max_gap() -> int:
-    return int(getattr(settings, "HEARING_MAX_GAP_MILLIS", blindness.DEFAULT_MAX_GAP_MILLIS))
+def web_key() -> str:
+    return key("web", "stamp")
 
 
 log = logging.getLogger(__name__)
 
-# KEYS: last zset, record hash. ARGV: clock. Returns {now, since, look, spans, known, horizon stamp}.
-# The horizon (blindness.horizon: the ceil(k/2)-th most recent of k last heartbeats) is read by its
+# A Lua function for the tables' heartbeat scripts (after LUA_NOW_MS_OR_ARGV1): stamps member m's
+# heartbeat in the last zset and its next expected one in the expect zset, as blindness.expectation
+# computes it (the time since its previous beat, at least the minimum interval, at most its timeout).
+LUA_HEARD = f"""
+local function heard(last_key, expect_key, m, timeout)
+  local previous = redis.call('ZSCORE', last_key, m)
+  local due = now + timeout
+  if previous then
+    local interval = math.max(now - tonumber(previous), {blindness.MIN_INTERVAL_MILLIS})
+    if interval < timeout then due = now + interval end
+  end
+  redis.call('ZADD', expect_key, due, m)
+  redis.call('ZADD', last_key, now, m)
+end
+"""
+
+# A Lua fragment (after LUA_NOW_MS_OR_ARGV1, with ``out`` = {now}): appends one read of a record.
+# KEYS[1..3]: expect zset, record hash, web stamp. ARGV[2]: stale ms. Appends {since, look, spans,
+# brokers due recently, the horizon's expectation, web stamp}: out[2..7].
+# The horizon (blindness.horizon: the ceil(k/2)-th latest of the k recent expectations) is read by its
 # rank, one element: an election reads the hearing, and reading every broker's stamp made the
 # election path linear in the brokers known (bench/elections.py, 1,000 sets: 4x slower, issue 34).
-_READ = (
-    LUA_NOW_MS_OR_ARGV1
-    + """
-local out = {now}
+# The k recent ones are the k highest scores, so the rank is taken over the whole set.
+LUA_READ_HEARING = """
 local r = redis.call('HMGET', KEYS[2], 'since', 'look', 'spans')
 out[2], out[3], out[4] = r[1] or '', r[2] or '', r[3] or ''
-local known = redis.call('ZCARD', KEYS[1])
+local known = redis.call('ZCOUNT', KEYS[1], now - tonumber(ARGV[2]), '+inf')
 out[5] = known
 out[6] = ''
 if known > 0 then
-  local at = redis.call('ZREVRANGE', KEYS[1], math.floor((known + 1) / 2) - 1, math.floor((known + 1) / 2) - 1, 'WITHSCORES')
-  out[6] = at[2]
+  local rank = math.floor((known + 1) / 2) - 1
+  out[6] = redis.call('ZREVRANGE', KEYS[1], rank, rank, 'WITHSCORES')[2]
 end
-return out
+out[7] = redis.call('GET', KEYS[3]) or ''
 """
-)
+READ_FIELDS = 7  # what LUA_READ_HEARING leaves in ``out``, now included
+
+_READ = LUA_NOW_MS_OR_ARGV1 + "local out = {now}" + LUA_READ_HEARING + "return out"
+
+# KEYS: web stamp. ARGV: clock.
+_STAMP_WEB = LUA_NOW_MS_OR_ARGV1 + "redis.call('SET', KEYS[1], now) return now"
 
 
 @dataclass(frozen=True)
@@ -79,6 +104,39 @@ class View:
 
 
 @dataclass(frozen=True)
+class _Reading:
+    """One read of a record: the clock, the record's fields and what its spans pending now follow from."""
+
+    now: int
+    since: int | None
+    look: int | None
+    recorded: list[Span]
+    known: int  # brokers due recently (blindness rule 2)
+    at_horizon: int | None
+    web: int | None
+
+    def judged(self) -> tuple[Span, ...]:
+        """The recorded spans with those pending now."""
+        pending = blindness.pending(
+            self.at_horizon,
+            self.look,
+            self.now,
+            web=self.web,
+            grace=_setting("HEARING_GRACE_MILLIS", blindness.DEFAULT_GRACE_MILLIS),
+            max_gap=_setting("HEARING_MAX_GAP_MILLIS", blindness.DEFAULT_MAX_GAP_MILLIS),
+            web_grace=_setting("HEARING_WEB_GRACE_MILLIS", blindness.DEFAULT_WEB_GRACE_MILLIS),
+        )
+        return blindness.merged([*self.recorded, *pending], self.now)
+
+    def view(self, blind: tuple[Span, ...] | None = None) -> View:
+        return View(self.now, self.judged() if blind is None else blind, self.since, self.known)
+
+
+def _int(value) -> int | None:
+    return int(float(value)) if value not in (None, b"", "") else None
+
+
+@dataclass(frozen=True)
 class Record:
     """One liveness table's record (``app``: its key prefix, "ns" or "ctl")."""
 
@@ -89,26 +147,44 @@ class Record:
         return key(self.app, "last")
 
     @property
+    def expect_key(self) -> str:
+        return key(self.app, "expect")
+
+    @property
     def record_key(self) -> str:
         return key(self.app, "hearing")
 
-    def _read(self, client, now_ms: int | None) -> tuple[int, int | None, int | None, list[Span], int, int | None]:
-        """(now, since, look, recorded spans, brokers known, the horizon's heartbeat)."""
-        reply = client.eval(_READ, 2, self.last_key, self.record_key, clock_arg(now_ms))
-        now, since, look, spans = int(reply[0]), reply[1], reply[2], reply[3]
-        recorded = [Span(int(a), int(b)) for a, b in json.loads(spans)] if spans else []
-        at_horizon = int(float(reply[5])) if reply[5] else None
-        return now, int(since) if since else None, int(look) if look else None, recorded, int(reply[4]), at_horizon
+    def keys_and_args(self, now_ms: int | None) -> list:
+        """The KEYS and first ARGVs of a script that runs LUA_READ_HEARING (3 keys, then the clock and
+        the stale bound): a table's own read appends its arguments and gets the hearing in the same
+        round trip."""
+        stale = _setting("HEARING_STALE_MILLIS", blindness.DEFAULT_STALE_MILLIS)
+        return [self.expect_key, self.record_key, web_key(), clock_arg(now_ms), stale]
+
+    def _read(self, client, now_ms: int | None) -> _Reading:
+        return self.reading(client.eval(_READ, 3, *self.keys_and_args(now_ms)))
 
     @staticmethod
-    def _judge(now: int, look: int | None, recorded: list[Span], at_horizon: int | None) -> tuple[Span, ...]:
-        pending = blindness.pending(at_horizon, look, now, grace=_grace(), max_gap=_max_gap())
-        return blindness.merged([*recorded, *pending], now)
+    def reading(reply) -> _Reading:
+        """A reply's first READ_FIELDS values, as LUA_READ_HEARING left them."""
+        spans = reply[3]
+        return _Reading(
+            now=int(reply[0]),
+            since=_int(reply[1]),
+            look=_int(reply[2]),
+            recorded=[Span(int(a), int(b)) for a, b in json.loads(spans)] if spans else [],
+            known=int(reply[4]),
+            at_horizon=_int(reply[5]),
+            web=_int(reply[6]),
+        )
 
     def view(self, now_ms: int | None = None) -> View:
         """The hearing now (or at ``now_ms``), with the pending spans; nothing is stored."""
-        now, since, look, recorded, known, at_horizon = self._read(sync_client(), now_ms)
-        return View(now, self._judge(now, look, recorded, at_horizon), since, known)
+        return self._read(sync_client(), now_ms).view()
+
+    def view_of(self, reply) -> View:
+        """The hearing a script's reply carries (its first READ_FIELDS values)."""
+        return self.reading(reply).view()
 
     def look(self, now_ms: int | None = None) -> View:
         """A scan's look: record the pending blind spans and this look (an optimistic transaction:
@@ -118,11 +194,12 @@ class Record:
             with client.pipeline(transaction=True) as pipe:
                 try:
                     pipe.watch(self.record_key)
-                    now, since, look, recorded, known, at_horizon = self._read(pipe, now_ms)
+                    r = self._read(pipe, now_ms)
+                    now, look, recorded = r.now, r.look, r.recorded
                     if look is not None and now < look:  # another scan looked later: judge with its record
-                        return View(now, self._judge(now, look, recorded, at_horizon), since, known)
-                    blind = self._judge(now, look, recorded, at_horizon)
-                    since = now if since is None else since
+                        return r.view()
+                    blind = r.judged()
+                    since = now if r.since is None else r.since
                     pipe.multi()
                     pipe.hset(
                         self.record_key,
@@ -138,5 +215,25 @@ class Record:
                     self.app,
                     blind[-1].start,
                 )
-            return View(now, blind, since, known)
+            return View(now, blind, since, r.known)
         raise RuntimeError(f"{self.app}: could not record the hearing (too many concurrent scans)")
+
+
+def stamp_web(now_ms: int | None = None) -> int:
+    """The web tier is serving now (rule 3); returns the clock reading it used, in ms."""
+    return int(sync_client().eval(_STAMP_WEB, 1, web_key(), clock_arg(now_ms)))
+
+
+async def stamp_web_forever() -> None:
+    """Each web process, while its event loop serves: stamp every ``WEB_STAMP_MILLIS``. A stamp that
+    fails (Redis away) is retried at the next tick: rule 4 covers the time Redis cannot be read."""
+    failing = False
+    while True:
+        try:
+            await async_client().eval(_STAMP_WEB, 1, web_key(), clock_arg(None))
+            failing = False
+        except (redis.RedisError, OSError) as exc:
+            if not failing:
+                log.warning("web stamp failed (%s); retrying every %s ms", exc, blindness.WEB_STAMP_MILLIS)
+            failing = True
+        await asyncio.sleep(blindness.WEB_STAMP_MILLIS / 1000)

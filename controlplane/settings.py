@@ -114,11 +114,13 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Every Redis key this control plane writes starts with this prefix, so several deployments
 # (or a test run beside a demo) can share one Redis.
 REDIS_KEY_PREFIX = os.environ.get("REDIS_KEY_PREFIX", "rmqha:")
-# The blindness guard (controlplane/blindness.py, docs/failover.md): time after the moment by which half
-# of the brokers were last heard, plus this grace, is not counted toward any broker's heartbeat timeout;
-# nor is time in which no scan looked for longer than the gap. Keep the grace under every broker's
-# heartbeat timeout.
-HEARING_GRACE_MILLIS = int(os.environ.get("HEARING_GRACE_MILLIS", "1500"))
+# The blindness guard (controlplane/blindness.py, docs/failover.md): time after the moment by which more
+# than half of the brokers due were expected, plus the grace, is not counted toward any broker's
+# heartbeat timeout (expectations older than the stale bound count for nothing); nor is time after the
+# web tier's last stamp plus its grace, nor time in which no scan looked for longer than the gap.
+HEARING_GRACE_MILLIS = int(os.environ.get("HEARING_GRACE_MILLIS", "500"))
+HEARING_WEB_GRACE_MILLIS = int(os.environ.get("HEARING_WEB_GRACE_MILLIS", "1000"))
+HEARING_STALE_MILLIS = int(os.environ.get("HEARING_STALE_MILLIS", "60000"))
 HEARING_MAX_GAP_MILLIS = int(os.environ.get("HEARING_MAX_GAP_MILLIS", "5000"))
 
 # After a Redis restart every pooled connection is dead. redis-py retries a command that meets one on

@@ -8,25 +8,26 @@ clock takes ``now_ms``: None (the default) is Redis's clock; a value is that ins
 replays judge expiry at a time of their choosing instead of sleeping.
 ``ns:conn`` maps a member to the Channels name of its websocket, for pushes and close handling.
 Expiry does not count time the nameserver could not hear (the blindness guard, controlplane/blindness.py):
-``ns:last`` holds each member's last heartbeat for it.
+``ns:last`` and ``ns:expect`` hold each member's last heartbeat and when its next is due, for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from controlplane.hearing import Record, View
+from controlplane.hearing import LUA_HEARD, Record, View
 from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
 from controlplane.redis import acquire_slot as redis_slot
 
 # ARGV[1] of every script is the clock ('' for Redis's, see LUA_NOW_MS_OR_ARGV1).
 HEARING = Record("ns")
 
-# KEYS: timeout hash, deadline zset, conn hash, last zset. ARGV: clock, member, channel, member, channel, ...
+# KEYS: timeout hash, deadline zset, conn hash, last zset, expect zset. ARGV: clock, member, channel, ...
 # Refreshes each registered member and, when a channel is given, binds the member to that websocket.
 # Returns 1/0 per member (0: not registered; nothing is bound then).
 _HEARTBEAT = (
     LUA_NOW_MS_OR_ARGV1
+    + LUA_HEARD
     + """
 local out = {}
 for i = 2, #ARGV, 2 do
@@ -34,7 +35,7 @@ for i = 2, #ARGV, 2 do
   local timeout = redis.call('HGET', KEYS[1], m)
   if timeout then
     redis.call('ZADD', KEYS[2], now + tonumber(timeout), m)
-    redis.call('ZADD', KEYS[4], now, m)
+    heard(KEYS[4], KEYS[5], m, tonumber(timeout))
     if channel ~= '' then redis.call('HSET', KEYS[3], m, channel) end
     out[#out + 1] = 1
   else
@@ -45,13 +46,14 @@ return out
 """
 )
 
-# KEYS: timeout hash, deadline zset, last zset. ARGV: clock, member, timeout ms.
+# KEYS: timeout hash, deadline zset, last zset, expect zset. ARGV: clock, member, timeout ms.
 _MARK_REGISTERED = (
     LUA_NOW_MS_OR_ARGV1
+    + LUA_HEARD
     + """
 redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])
-redis.call('ZADD', KEYS[3], now, ARGV[2])
+heard(KEYS[3], KEYS[4], ARGV[2], tonumber(ARGV[3]))
 return now
 """
 )
@@ -78,7 +80,15 @@ def mark_registered(cluster_name: str, broker_addr: str, timeout_millis: int, no
     t, d, _ = _keys()
     return int(
         sync_client().eval(
-            _MARK_REGISTERED, 3, t, d, HEARING.last_key, clock_arg(now_ms), member(cluster_name, broker_addr), timeout_millis
+            _MARK_REGISTERED,
+            4,
+            t,
+            d,
+            HEARING.last_key,
+            HEARING.expect_key,
+            clock_arg(now_ms),
+            member(cluster_name, broker_addr),
+            timeout_millis,
         )
     )
 
@@ -88,7 +98,7 @@ def heartbeat(members: Sequence[str], now_ms: int | None = None) -> list[bool]:
     if not members:
         return []
     args = [x for m in members for x in (m, "")]
-    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 4, *_keys(), HEARING.last_key, clock_arg(now_ms), *args)]
+    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 5, *_keys(), HEARING.last_key, HEARING.expect_key, clock_arg(now_ms), *args)]
 
 
 async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None = None) -> list[bool]:
@@ -97,7 +107,7 @@ async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None =
     if not beats:
         return []
     args = [x for pair in beats for x in pair]
-    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 4, *_keys(), HEARING.last_key, clock_arg(now_ms), *args)]
+    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 5, *_keys(), HEARING.last_key, HEARING.expect_key, clock_arg(now_ms), *args)]
 
 
 def forget(members: Iterable[str]) -> None:
@@ -109,6 +119,7 @@ def forget(members: Iterable[str]) -> None:
     pipe.hdel(t, *members)
     pipe.zrem(d, *members)
     pipe.zrem(HEARING.last_key, *members)
+    pipe.zrem(HEARING.expect_key, *members)
     pipe.hdel(c, *members)
     pipe.execute()
 

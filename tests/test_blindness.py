@@ -1,5 +1,6 @@
-"""The blindness guard's rule (controlplane/blindness.py): tables of the cases issue 19 names, and
-properties. Times are ms on the control plane's clock; brokers beat every 1 s, time out after 10 s."""
+"""The blindness guard's rule (controlplane/blindness.py): tables of the cases issues 19 and 34 name, and
+properties. Times are ms on the control plane's clock; unless a case says otherwise, brokers beat every
+1 s and time out after 10 s."""
 
 from __future__ import annotations
 
@@ -7,40 +8,71 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.blindness import Span, blind_now, heard_millis, horizon, merged, pending, silent_past, warm
+from dataclasses import dataclass
+
+from controlplane.blindness import (
+    Span,
+    blind_now,
+    expectation,
+    heard_millis,
+    horizon,
+    merged,
+    pending,
+    silent_past,
+    warm,
+)
 
 pytestmark = pytest.mark.unit
 
-G, GAP = 1_500, 5_000
+G, GAP, WEB_G, STALE = 500, 5_000, 1_000, 60_000
 
 
 @pytest.mark.parametrize(
-    "beats, expected",
+    "now, previous, timeout, expected",
     [
-        pytest.param([], None, id="nobody-known"),
-        pytest.param([7], 7, id="one-broker: its own beat"),
-        pytest.param([100, 90], 100, id="two: the newer (one of two is half)"),
-        pytest.param([100, 90, 80], 90, id="three: the second newest (two of three)"),
-        pytest.param([100, 90, 80, 70], 90, id="four: two of four is half"),
-        pytest.param([10, 100, 80, 90, 70], 80, id="five: three of five, in any order"),
+        pytest.param(10_000, None, 3_000, 13_000, id="first beat: due within its timeout"),
+        pytest.param(10_000, 9_000, 3_000, 11_000, id="a 1 s beater: due a second later"),
+        pytest.param(60_000, 30_000, 90_000, 90_000, id="a 30 s beater with a 90 s timeout: due 30 s later"),
+        pytest.param(60_000, 30_000, 10_000, 70_000, id="never later than its own timeout"),
+        pytest.param(10_000, 9_995, 3_000, 11_000, id="a burst (register, then a beat): the minimum interval"),
+        pytest.param(10_000, 9_000, 100, 10_100, id="a 100 ms timeout: due within it"),
     ],
 )
-def test_the_horizon_is_the_instant_by_which_half_the_brokers_were_heard(beats, expected):
-    assert horizon(beats) == expected
+def test_each_heartbeat_says_when_the_next_is_due(now, previous, timeout, expected):
+    assert expectation(now, previous, timeout) == expected
 
 
 @pytest.mark.parametrize(
-    "beat_at_horizon, last_look, now, expected",
+    "expectations, now, expected",
     [
-        pytest.param(9_500, 9_500, 10_000, [], id="healthy: heard half within the grace"),
-        pytest.param(0, 9_500, 10_000, [Span(G, 10_000)], id="half silent since 0: blind after the grace"),
-        pytest.param(9_500, 0, 10_000, [Span(GAP, 10_000)], id="nobody looked for 10 s: blind after the gap"),
-        pytest.param(None, None, 10_000, [], id="first look, nobody known"),
-        pytest.param(None, 4_999, 10_000, [Span(9_999, 10_000)], id="nobody known, a look missed"),
+        pytest.param([], None, None, id="nobody-known"),
+        pytest.param([7], None, 7, id="one-broker: its own"),
+        pytest.param([100, 90], None, 100, id="two: the later (one of two is half)"),
+        pytest.param([100, 90, 80], None, 90, id="three: the second latest (two of three)"),
+        pytest.param([100, 90, 80, 70], None, 90, id="four: two of four is half"),
+        pytest.param([10, 100, 80, 90, 70], None, 80, id="five: three of five, in any order"),
+        pytest.param([100_000, 99_000, 98_000, 20_000, 10_000], 100_000, 99_000, id="stale ones count for nothing"),
+        pytest.param([10_000, 20_000], 100_000, None, id="everyone stale: nobody due"),
     ],
 )
-def test_pending_blind_spans(beat_at_horizon, last_look, now, expected):
-    assert pending(beat_at_horizon, last_look, now, grace=G, max_gap=GAP) == expected
+def test_the_horizon_is_the_instant_by_which_more_than_half_the_brokers_due_were_expected(expectations, now, expected):
+    assert horizon(expectations, now, stale=STALE) == expected
+
+
+@pytest.mark.parametrize(
+    "at_horizon, last_look, web, now, expected",
+    [
+        pytest.param(10_500, 9_500, 9_900, 10_000, [], id="healthy: half are not due yet"),
+        pytest.param(0, 9_500, 9_900, 10_000, [Span(G, 10_000)], id="half overdue since 0: blind after the grace"),
+        pytest.param(10_500, 0, 9_900, 10_000, [Span(GAP, 10_000)], id="nobody looked for 10 s: blind after the gap"),
+        pytest.param(10_500, 9_500, 5_000, 10_000, [Span(5_000 + WEB_G, 10_000)], id="no web stamp for 5 s: blind"),
+        pytest.param(10_500, 9_500, None, 10_000, [], id="never stamped (no web tier yet): rule 3 says nothing"),
+        pytest.param(None, None, None, 10_000, [], id="first look, nobody known"),
+        pytest.param(None, 4_999, 9_900, 10_000, [Span(9_999, 10_000)], id="nobody known, a look missed"),
+    ],
+)
+def test_pending_blind_spans(at_horizon, last_look, web, now, expected):
+    assert pending(at_horizon, last_look, now, web=web, grace=G, max_gap=GAP, web_grace=WEB_G) == expected
 
 
 def test_merging_joins_touching_spans_and_drops_old_and_empty_ones():
@@ -54,7 +86,7 @@ def test_merging_joins_touching_spans_and_drops_old_and_empty_ones():
 
 # The cases the issue names. The web tier (or Redis, or the channel layer) is away from 20 s to 35 s;
 # every broker's last beat before it is at 19.5 s..20 s. The scans' looks record the blind span.
-OUTAGE = (Span(20_000 + G, 35_000),)
+OUTAGE = (Span(21_500, 35_000),)
 
 
 @pytest.mark.parametrize(
@@ -101,7 +133,106 @@ def test_heard_time_never_exceeds_real_time_and_blindness_never_hastens_a_death(
 
 
 @given(st.lists(st.integers(0, 10**6), min_size=1, max_size=50))
-def test_at_least_half_the_brokers_were_heard_at_or_after_the_horizon(beats):
-    h = horizon(beats)
-    assert 2 * sum(b >= h for b in beats) >= len(beats)
-    assert 2 * sum(b > h for b in beats) < len(beats)  # and it is the latest such instant
+def test_at_least_half_the_brokers_are_due_at_or_after_the_horizon(expectations):
+    h = horizon(expectations)
+    assert 2 * sum(e >= h for e in expectations) >= len(expectations)
+    assert 2 * sum(e > h for e in expectations) < len(expectations)  # and it is the latest such instant
+
+
+# Whole clusters through time, as the hearing record runs them (controlplane.hearing): brokers beat on
+# their own intervals, each beat sets its expectation, the web tier stamps every 250 ms, and a scan
+# looks every 500 ms (recording the pending spans) and judges.
+
+
+@dataclass(frozen=True)
+class Broker:
+    name: str
+    interval: int
+    timeout: int
+    phase: int = 0  # first beat at this offset
+    stops: int | None = None  # last beat before this instant (killed, partitioned or decommissioned)
+    last_timeout: int | None = None  # the timeout its last beat declared
+
+
+def mixed(**fast_master) -> list[Broker]:
+    """20 sets of 3 declaring 90 s and beating every 30 s, and one set beating every second (3 s)."""
+    slow = [Broker(f"slow-{i}", 30_000, 90_000, phase=(i * 487) % 30_000) for i in range(60)]
+    return [*slow, Broker("fast-master", 1_000, 3_000, **fast_master), Broker("fast-1", 1_000, 3_000, 300), Broker("fast-2", 1_000, 3_000, 600)]
+
+
+def dead_at(brokers, until, *, web_down=(), heard_down=(), now_from=0):
+    """Runs the cluster to ``until``; returns {broker: the first look that judged it silent past its
+    timeout}. ``web_down``: (start, end) when the web tier is down (no stamp, no heartbeat heard);
+    ``heard_down``: when no heartbeat reaches the control plane though its web tier serves (a partition)."""
+    last, due, timeout = {}, {}, {}
+    recorded, look, web = [], None, None
+    out = {}
+    events = sorted(
+        [(t, 0, i, "beat") for i, b in enumerate(brokers) for t in range(b.phase, until, b.interval) if b.stops is None or t < b.stops]
+        + [(t, 1, 0, "web") for t in range(0, until, 250)]
+        + [(t, 2, 0, "look") for t in range(500, until, 500)]
+    )
+    for t, _, i, what in events:
+        b = brokers[i]
+        cut = any(a <= t < z for a, z in (*web_down, *heard_down))
+        if what == "web" and not any(a <= t < z for a, z in web_down):
+            web = t
+        elif what == "beat" and not cut:
+            tmo = b.last_timeout if b.last_timeout and b.stops and t + b.interval >= b.stops else b.timeout
+            due[b.name] = expectation(t, last.get(b.name), tmo)
+            last[b.name], timeout[b.name] = t, tmo
+        elif what == "look" and t >= now_from:
+            blind = merged([*recorded, *pending(horizon(due.values(), t), look, t, web=web)], t)
+            recorded, look = list(blind), t
+            for name in last:
+                if name not in out and silent_past(last[name], timeout[name], t, blind):
+                    out[name] = t
+    return out
+
+
+def test_mixed_timeouts_a_dead_fast_master_expires_after_its_own_timeout():
+    """Issue 34: with 60 brokers beating every 30 s (90 s timeout) beside one set beating every second,
+    the fast master's last beat declares 100 ms and it dies: more than half the brokers have not beaten
+    within 1.5 s, yet none of them is due, so the control plane is not blind and the master expires."""
+    out = dead_at(mixed(stops=20_001, last_timeout=100), 40_000)
+    assert out == {"fast-master": 20_500}
+
+
+def test_mixed_timeouts_nobody_alive_expires():
+    assert dead_at(mixed(), 200_000) == {}
+
+
+def test_mixed_timeouts_a_25_s_web_outage_deposes_nobody():
+    assert dead_at(mixed(), 100_000, web_down=[(20_000, 45_000)]) == {}
+
+
+def test_mixed_timeouts_the_master_killed_with_the_web_tier_expires_a_timeout_of_hearing_after():
+    out = dead_at(mixed(stops=20_001), 100_000, web_down=[(20_000, 45_000)])
+    # Its last beat reached the control plane at 19 s; heard until 20.75 s (the last stamp, 19.75 s,
+    # plus the web grace); the rest of its 3 s is heard after the outage (the looks tick every 0.5 s).
+    assert out == {"fast-master": 46_000}
+
+
+def test_a_partition_from_most_brokers_deposes_nobody_while_they_are_due():
+    uniform = [Broker(f"b{i}", 1_000, 3_000, phase=i * 97) for i in range(9)]
+    assert dead_at(uniform, 50_000, heard_down=[(20_000, 45_000)]) == {}
+
+
+def test_half_the_brokers_stale_or_decommissioned_blind_no_one():
+    """30 registrations stopped beating long ago and linger in the table: they are no evidence of
+    blindness; a master that dies later expires after its timeout."""
+    gone = [Broker(f"gone-{i}", 1_000, 3_000, phase=i * 31, stops=5_000) for i in range(30)]
+    live = [Broker(f"live-{i}", 1_000, 3_000, phase=i * 97) for i in range(20)]
+    out = dead_at([*gone, *live, Broker("master", 1_000, 3_000, stops=100_001)], 120_000, now_from=70_000)
+    assert out.pop("master") == 103_500  # last beat at 100 s: more than 3 s of silence at the 103.5 s look
+    assert set(out) == {b.name for b in gone}  # judged at the first look (nothing else is)
+
+
+def test_more_than_half_dying_at_once_waits_at_most_the_stale_bound():
+    """The price of the guard: more than half the brokers dying together looks like a partition; the
+    control plane waits while they are recently due, then judges them."""
+    dying = [Broker(f"d{i}", 1_000, 3_000, phase=i * 97, stops=10_000) for i in range(6)]
+    live = [Broker(f"l{i}", 1_000, 3_000, phase=i * 89) for i in range(4)]
+    out = dead_at([*dying, *live], 100_000)
+    assert set(out) == {b.name for b in dying}
+    assert all(10_000 + STALE < t <= 10_000 + STALE + 3_000 + 1_500 for t in out.values()), out

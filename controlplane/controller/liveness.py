@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controlplane.hearing import Record, View
+from controlplane.hearing import LUA_HEARD, LUA_READ_HEARING, READ_FIELDS, Record, View
 from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
 from controlplane.redis import acquire_slot as redis_slot
 
@@ -26,12 +26,13 @@ DEFAULT_TIMEOUT_MILLIS = 10_000  # DEFAULT_BROKER_CHANNEL_EXPIRED_TIME in the co
 HEARING = Record("ctl")
 
 # ARGV[1] of every script is the clock ('' for Redis's, see LUA_NOW_MS_OR_ARGV1).
-# KEYS: deadline zset, conn hash, last zset (the hearing record's). ARGV[2]: hash key prefix; then per beat 8 values:
+# KEYS: deadline zset, conn hash, last and expect zsets (the hearing record's). ARGV[2]: hash key prefix; then per beat 8 values:
 # member, addr, epoch, maxOffset, confirmOffset, priority, timeout, channel ('' = do not bind).
 # (epoch, maxOffset, confirmOffset) only move forward: a larger epoch, or the same epoch with a
 # larger maxOffset (a truncated replica keeps its old, higher maxOffset until its epoch grows).
 _HEARTBEAT = (
     LUA_NOW_MS_OR_ARGV1
+    + LUA_HEARD
     + """
 for i = 3, #ARGV, 8 do
   local m = ARGV[i]
@@ -44,20 +45,23 @@ for i = 3, #ARGV, 8 do
   end
   redis.call('HSET', k, 'addr', ARGV[i + 1], 'priority', ARGV[i + 5], 'timeout', ARGV[i + 6], 'last', now)
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[i + 6]), m)
-  redis.call('ZADD', KEYS[3], now, m)
+  heard(KEYS[3], KEYS[4], m, tonumber(ARGV[i + 6]))
   if ARGV[i + 7] ~= '' then redis.call('HSET', KEYS[2], m, ARGV[i + 7]) end
 end
 return now
 """
 )
 
-# ARGV: clock, hash key prefix, members. Returns {now, fields of member 1, fields of member 2, ...}.
+# KEYS: the hearing record's (Record.keys_and_args). ARGV: clock, stale ms, hash key prefix, members.
+# Returns {the hearing (READ_FIELDS values, now first), fields of member 1, fields of member 2, ...}:
+# an election reads its replicas and the hearing it judges them by in one round trip.
 _READ = (
     LUA_NOW_MS_OR_ARGV1
+    + "local out = {now}"
+    + LUA_READ_HEARING
     + """
-local out = {now}
-for i = 3, #ARGV do
-  out[#out + 1] = redis.call('HMGET', ARGV[2] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
+for i = 4, #ARGV do
+  out[#out + 1] = redis.call('HMGET', ARGV[3] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
                              'priority', 'timeout', 'last')
 end
 return out
@@ -102,8 +106,8 @@ def _keys() -> tuple[str, str]:
     return key("ctl", "deadline"), key("ctl", "conn")
 
 
-def _beat_keys() -> tuple[str, str, str]:
-    return *_keys(), HEARING.last_key
+def _beat_keys() -> tuple[str, str, str, str]:
+    return *_keys(), HEARING.last_key, HEARING.expect_key
 
 
 def _args(beats: Sequence[tuple[Beat, str]], now_ms: int | None) -> list:
@@ -124,13 +128,17 @@ def _args(beats: Sequence[tuple[Beat, str]], now_ms: int | None) -> list:
 
 def heartbeat(beat: Beat, now_ms: int | None = None) -> int:
     """Stamp one heartbeat; returns the clock reading it used, in ms."""
-    return int(sync_client().eval(_HEARTBEAT, 3, *_beat_keys(), *_args([(beat, "")], now_ms)))
+    return int(sync_client().eval(_HEARTBEAT, 4, *_beat_keys(), *_args([(beat, "")], now_ms)))
 
 
 async def heartbeat_async(beats: Sequence[tuple[Beat, str]], now_ms: int | None = None) -> None:
     """Several heartbeats in one round trip; a non-empty channel binds the broker to that websocket."""
     if beats:
-        await async_client().eval(_HEARTBEAT, 3, *_beat_keys(), *_args(beats, now_ms))
+        await async_client().eval(_HEARTBEAT, 4, *_beat_keys(), *_args(beats, now_ms))
+
+
+def _read(members: list[str], now_ms: int | None) -> list:
+    return sync_client().eval(_READ, 3, *HEARING.keys_and_args(now_ms), _prefix(), *members)
 
 
 def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int], now_ms: int | None = None) -> dict[int, LiveInfo]:
@@ -138,9 +146,9 @@ def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int], n
     ids = sorted(set(broker_ids))
     if not ids:
         return {}
-    reply = sync_client().eval(_READ, 0, clock_arg(now_ms), _prefix(), *(member(cluster_name, broker_name, i) for i in ids))
-    hearing = HEARING.view(int(reply[0]))
-    return {broker_id: _live_info(broker_id, fields, hearing) for broker_id, fields in zip(ids, reply[1:], strict=True)}
+    reply = _read([member(cluster_name, broker_name, i) for i in ids], now_ms)
+    hearing = HEARING.view_of(reply)
+    return {broker_id: _live_info(broker_id, fields, hearing) for broker_id, fields in zip(ids, reply[READ_FIELDS:], strict=True)}
 
 
 def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]], now_ms: int | None = None) -> dict[str, dict[int, LiveInfo]]:
@@ -150,8 +158,8 @@ def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]], now_ms: int 
     out: dict[str, dict[int, LiveInfo]] = {name: {} for _, name, _ in wanted}
     if not members:
         return out
-    reply = sync_client().eval(_READ, 0, clock_arg(now_ms), _prefix(), *members)
-    hearing, fields = HEARING.view(int(reply[0])), iter(reply[1:])
+    reply = _read(members, now_ms)
+    hearing, fields = HEARING.view_of(reply), iter(reply[READ_FIELDS:])
     for _, name, ids in wanted:
         for broker_id in ids:
             out[name][broker_id] = _live_info(broker_id, next(fields), hearing)
@@ -184,6 +192,7 @@ def forget(members: Iterable[str]) -> None:
         pipe.delete(_prefix() + m)
     pipe.zrem(deadline, *members)
     pipe.zrem(HEARING.last_key, *members)
+    pipe.zrem(HEARING.expect_key, *members)
     pipe.hdel(conn, *members)
     pipe.execute()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane import hearing
 from controlplane.controller import config_store, liveness, services
 from controlplane.controller.models import ReplicaGroup, Transition
 from controlplane.redis import key, sync_client
@@ -18,7 +19,7 @@ TIMEOUT = 10_000
 SETS = ("g1", "g2")
 
 
-def beat(name: str, broker_id: int, at: int) -> None:
+def beat(name: str, broker_id: int, at: int | None) -> None:
     liveness.heartbeat(
         liveness.Beat(
             "c1",
@@ -43,6 +44,7 @@ def cluster():
         for i in (1, 2, 3):
             assert services.apply_broker_id("c1", name, i, f"127.0.0.1:{i}{SETS.index(name)};1").ok
             beat(name, i, start)
+            beat(name, i, None)  # the elections below judge liveness on Redis's own clock
         assert services.elect_master(name, broker_id=1).ok
         assert services.alter_sync_state_set(
             name, master_broker_id=1, master_epoch=1, new_sync_state_set={1, 2, 3}, sync_state_set_epoch=1
@@ -115,8 +117,9 @@ def test_after_a_redis_restart_a_live_master_is_never_deposed(cluster):
 
 @pytest.mark.parametrize("known", [1, 2, 3, 4, 7, 300])
 def test_the_hearing_reads_the_horizon_by_rank_as_the_pure_rule_defines_it(known):
-    """The hearing record reads one stamp, the horizon's (so an election costs the same with 3 brokers
-    known or 3,000); it must be the stamp blindness.horizon picks from them all."""
+    """The hearing record reads one expectation, the horizon's (so an election costs the same with 3
+    brokers known or 3,000); it must be the one blindness.horizon picks from them all, the stale ones
+    left out."""
     import random
 
     from controlplane import blindness
@@ -124,7 +127,50 @@ def test_the_hearing_reads_the_horizon_by_rank_as_the_pure_rule_defines_it(known
     record = liveness.HEARING
     stamps = [random.Random(known).randrange(1_000_000) for _ in range(known)]
     client = sync_client()
-    client.zadd(record.last_key, {f"m{i}": s for i, s in enumerate(stamps)})
-    now, _since, _look, _spans, counted, at_horizon = record._read(client, None)
-    assert counted == known and at_horizon == blindness.horizon(stamps)
-    assert record.view().known == known
+    now = client.time()[0] * 1000
+    client.zadd(record.expect_key, {f"m{i}": now - 30_000 + s for i, s in enumerate(stamps)})
+    client.zadd(record.expect_key, {f"stale{i}": now - 61_000 - s for i, s in enumerate(stamps)})  # count for nothing
+    reading = record._read(client, now)
+    expected = [now - 30_000 + s for s in stamps]
+    assert reading.known == known and reading.at_horizon == blindness.horizon(expected + [now - 61_000], now)
+    assert record.view(now).known == known
+
+
+def slow_beat(i: int, at: int) -> None:
+    liveness.heartbeat(
+        liveness.Beat("c1", f"slow{i // 3}", i % 3 + 1, f"127.0.0.2:{i}", epoch=1, heartbeat_timeout_millis=90_000), now_ms=at
+    )
+
+
+def run_mixed(start: int, end: int, beating: set[tuple[str, int]], *, web: bool) -> int:
+    """``run`` beside 60 brokers declaring 90 s and beating every 30 s, with the web tier stamping
+    every 250 ms while ``web`` (no heartbeat at all reaches the control plane otherwise)."""
+    for at in range(start + 250, end + 1, 250):
+        if web:
+            hearing.stamp_web(now_ms=at)
+            for i in range(60):
+                if at % 30_000 == (start + 500 * i) % 30_000:
+                    slow_beat(i, at)
+            if at % 1_000 == start % 1_000:
+                for name, i in sorted(beating):
+                    beat(name, i, at)
+        if at % 500 == start % 500:
+            scan(at)
+    return end
+
+
+def test_in_a_cluster_of_30_s_beaters_a_25_s_web_outage_deposes_nobody_and_a_master_killed_with_it_goes_once(cluster):
+    """Issue 34: most brokers beat every 30 s, so most are not due within the outage; the web tier's
+    own stamp says the control plane could not hear."""
+    for i in range(60):
+        slow_beat(i, cluster)
+    t = run_mixed(cluster, cluster + 35_000, ALL, web=True)
+    assert not liveness.hearing(t).blind_now
+    t = run_mixed(t, t + 25_000, set(), web=False)
+    assert liveness.hearing(t).blind_now
+    # g1's master died with the web tier. The 30 s beaters that fell due in the outage count as unheard
+    # until they beat again (within 30 s): the verdict waits for more than half to be heard.
+    t = run_mixed(t, t + 40_000, ALL - {("g1", 1)}, web=True)
+    assert not liveness.hearing(t).blind_now
+    assert elections() == [("g1", 1, 1), ("g2", 1, 1), ("g1", 2, 3)]  # one election, epoch 2
+    assert ReplicaGroup.objects.get(broker_name="g2").master_epoch == 1
