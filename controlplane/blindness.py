@@ -9,7 +9,9 @@ beaten for a while may be perfectly alive.
 
 1. **Expectations.** Each heartbeat sets when the next one is due: the beat plus the interval the
    broker has shown (the time since its previous beat, at least ``MIN_INTERVAL_MILLIS``), never later
-   than its own timeout; a first beat, whose interval is unknown, is due within the timeout.
+   than its own timeout; a first beat, whose interval is unknown, is due within a third of the
+   timeout (as RocketMQ's defaults beat: registrations every 30 s against 120 s, heartbeats every
+   second against 10 s).
 2. **The horizon.** Of the k brokers whose expectation is recent (not more than ``stale`` ago: older
    ones are stale or decommissioned registrations, evidence of nothing), the ⌈k/2⌉-th latest
    expectation. Time after it plus a grace (a scan tick) is *blind*: more than half of the brokers
@@ -44,6 +46,7 @@ DEFAULT_MAX_GAP_MILLIS = 5_000  # scans tick every 0.5 s: ten missed ticks
 DEFAULT_WEB_GRACE_MILLIS = 1_000  # four missed web stamps
 DEFAULT_STALE_MILLIS = 60_000  # an expectation overdue by more is no evidence of blindness
 MIN_INTERVAL_MILLIS = 1_000  # brokerHeartbeatInterval's default: two beats closer than this are one burst
+FIRST_BEAT_SHARE = 3  # a first beat is due within a third of its timeout (RocketMQ: 30 s of 120, 1 s of 10)
 WEB_STAMP_MILLIS = 250  # how often each web process stamps the record
 KEEP_MILLIS = 24 * 3600 * 1000  # spans older than any sane heartbeat timeout are dropped
 MAX_SPANS = 512
@@ -60,9 +63,8 @@ class Span:
 def expectation(now: int, previous_beat: int | None, timeout: int, *, min_interval: int = MIN_INTERVAL_MILLIS) -> int:
     """Rule 1: when a broker beating at ``now`` (its previous beat at ``previous_beat``, None for a
     first) is next due. ``controlplane.hearing``'s heartbeat scripts compute the same in Redis."""
-    if previous_beat is None:
-        return now + timeout
-    return now + min(timeout, max(now - previous_beat, min_interval))
+    interval = timeout // FIRST_BEAT_SHARE if previous_beat is None else now - previous_beat
+    return now + min(timeout, max(interval, min_interval))
 
 
 def horizon(expectations: Iterable[int], now: int | None = None, *, stale: int = DEFAULT_STALE_MILLIS) -> int | None:

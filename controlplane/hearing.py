@@ -42,16 +42,14 @@ log = logging.getLogger(__name__)
 
 # A Lua function for the tables' heartbeat scripts (after LUA_NOW_MS_OR_ARGV1): stamps member m's
 # heartbeat in the last zset and its next expected one in the expect zset, as blindness.expectation
-# computes it (the time since its previous beat, at least the minimum interval, at most its timeout).
+# computes it (the time since its previous beat, or a third of the timeout for a first beat; at least
+# the minimum interval, at most the timeout).
 LUA_HEARD = f"""
 local function heard(last_key, expect_key, m, timeout)
   local previous = redis.call('ZSCORE', last_key, m)
-  local due = now + timeout
-  if previous then
-    local interval = math.max(now - tonumber(previous), {blindness.MIN_INTERVAL_MILLIS})
-    if interval < timeout then due = now + interval end
-  end
-  redis.call('ZADD', expect_key, due, m)
+  local interval = math.floor(timeout / {blindness.FIRST_BEAT_SHARE})
+  if previous then interval = now - tonumber(previous) end
+  redis.call('ZADD', expect_key, now + math.min(timeout, math.max(interval, {blindness.MIN_INTERVAL_MILLIS})), m)
   redis.call('ZADD', last_key, now, m)
 end
 """

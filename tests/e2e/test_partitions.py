@@ -65,7 +65,7 @@ def run_partitions(run_dir) -> tuple[Report, dict]:
     """Set up once, the four partitions in a row, then drain and check; everything is stopped and
     the network removed before it returns."""
     # A 4 s heartbeat timeout (not the chaos runs' 3 s) keeps the blind case clear of heartbeat jitter:
-    # a broker cut off is heard silent for up to one heartbeat interval plus the 1.5 s grace.
+    # a broker cut off is heard silent for up to two heartbeat intervals plus the 0.5 s grace.
     config = ScenarioConfig("partitions", replicas=3, all_ack=True, rate=200.0, heartbeat_timeout_ms=4000, run_dir=run_dir)
     report = Report(config, run_dir)
     consumed: dict = {}
