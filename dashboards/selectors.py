@@ -1,5 +1,5 @@
 """What the dashboard pages show, read in a bounded number of queries (the overview of 1,000 replica
-groups is two Postgres queries and two Redis round trips per cluster)."""
+groups is four Postgres queries, three Redis round trips and one more per cluster)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from controlplane.operations import headroom as operations_headroom
 from controlplane.topic_attributes import message_type_of
 from nameserver import broker_status, static_topics, water_levels, wire
 from nameserver import selectors as ns
-from nameserver.core.routes import acting_master_id
 from nameserver.models import BrokerGroup, TopicQueue
 from nameserver.settings_store import current_config as nameserver_config
 
+from . import acting_master
 from .models import WaterLevelSample
 
 
@@ -41,10 +41,11 @@ def _health(group: dict, members: list[dict], reports: list[dict]) -> tuple[str,
         reasons.append(text)
         level = "bad" if bad or level == "bad" else "warn"
 
-    if group["masterBrokerId"] is None and group["actingMasterId"] is None:
+    acting = group["actingMaster"]
+    if group["masterBrokerId"] is None and (acting is None or acting["brokerId"] is None):
         flag("no master", bad=True)
-    elif group["masterBrokerId"] is None:
-        flag(f"no master: acting master is id {group['actingMasterId']} (read-only)")
+    if acting is not None:  # a stand-in the routes show, or a disagreement between routes and brokers
+        flag(acting["text"])
     replicas = len(members)
     ss = group["syncStateSet"]
     if group["controllerManaged"] and ss and len(ss) < replicas:
@@ -91,13 +92,11 @@ def _groups(broker_name: str | None = None) -> list[dict]:
                 "controllerManaged": True,
                 "masterBrokerId": master,
                 "masterAddress": None,
-                "actingMasterId": None,
+                "actingMaster": None,
                 "masterEpoch": epoch,
                 "syncStateSet": [],
                 "syncStateSetEpoch": ss_epoch,
                 "_members": {},
-                "_ns_ids": set(),
-                "_acting": False,
             },
         )
         if rid is not None:
@@ -113,10 +112,9 @@ def _groups(broker_name: str | None = None) -> list[dict]:
                 g["syncStateSet"].append(rid)
             if rid == master:
                 g["masterAddress"] = raddr
-    for cluster, name, acting, mid, maddr, grpc, ha in ns_rows.values_list(
+    for cluster, name, mid, maddr, grpc, ha in ns_rows.values_list(
         "cluster_name",
         "broker_name",
-        "enable_acting_master",
         "members__broker_id",
         "members__broker_addr",
         "members__grpc_addr",
@@ -130,21 +128,17 @@ def _groups(broker_name: str | None = None) -> list[dict]:
                 "controllerManaged": False,
                 "masterBrokerId": None,
                 "masterAddress": None,
-                "actingMasterId": None,
+                "actingMaster": None,
                 "masterEpoch": None,
                 "syncStateSet": [],
                 "syncStateSetEpoch": None,
                 "_members": {},
-                "_ns_ids": set(),
-                "_acting": False,
             },
         )
-        g["_acting"] = acting
         if mid is None:
             continue
         entry = g["_members"].setdefault(maddr, {"brokerId": mid, "address": maddr, "inSyncStateSet": False})
         entry.update(nameserverId=mid, grpcAddr=grpc, haAddr=ha)
-        g["_ns_ids"].add(mid)
         if not g["controllerManaged"] and mid == 0:
             g["masterBrokerId"], g["masterAddress"] = 0, maddr
     keys = [
@@ -155,6 +149,7 @@ def _groups(broker_name: str | None = None) -> list[dict]:
     ]
     beats = ns.liveness.last_heartbeats(keys) if keys else {}
     isolated = isolated_addrs()
+    acting = ns.acting_masters(None if broker_name is None else [broker_name], isolated=isolated) if groups else {}
     out = []
     for name in sorted(groups):
         g = groups[name]
@@ -164,10 +159,9 @@ def _groups(broker_name: str | None = None) -> list[dict]:
             m["alive"] = beat is not None
             m["isolated"] = (g["clusterName"], addr) in isolated
             m.setdefault("nameserverId", None)
-        g["actingMasterId"] = acting_master_id(g["_ns_ids"], enable_acting_master=g["_acting"])
+        g["actingMaster"] = acting_master.view(acting.get(name))
         g["members"] = sorted(g.pop("_members").values(), key=lambda m: m["brokerId"])
         g["syncStateSet"].sort()
-        del g["_ns_ids"], g["_acting"]
         out.append(g)
     return out
 
@@ -272,9 +266,11 @@ def group_state(broker_name: str) -> dict | None:
 
 
 def group_states(broker_names: list[str]) -> dict[str, dict]:
-    """``group_state`` of several groups in three queries (the live publisher's batches)."""
+    """``group_state`` of several groups, in as many queries and Redis round trips for a batch as for
+    one (the live publisher's batches)."""
     found = ctl.states(broker_names)
     isolated = isolated_addrs() if found else set()
+    acting = ns.acting_masters([s.broker_name for s in found], isolated=isolated) if found else {}
     return {
         s.broker_name: {
             "masterBrokerId": s.master_broker_id,
@@ -283,6 +279,7 @@ def group_states(broker_names: list[str]) -> dict[str, dict]:
             "syncStateSet": sorted(s.sync_state_set),
             "syncStateSetEpoch": s.sync_state_set_epoch,
             "isolated": sorted(r.broker_id for r in s.replicas if (s.cluster_name, r.broker_address) in isolated),
+            "actingMaster": acting_master.view(acting.get(s.broker_name)),
         }
         for s in found
     }

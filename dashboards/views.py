@@ -105,7 +105,7 @@ def group(request, broker_name: str):
         "historyMinutes": HISTORY_MINUTES,
         "state": {
             key: detail.get(key)
-            for key in ("masterBrokerId", "masterAddress", "masterEpoch", "syncStateSet", "syncStateSetEpoch")
+            for key in ("masterBrokerId", "masterAddress", "masterEpoch", "syncStateSet", "syncStateSetEpoch", "actingMaster")
         },
         "epochs": [e["epoch"] for e in detail["epochs"]],
         "actions": {

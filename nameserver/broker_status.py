@@ -3,8 +3,10 @@
 (mqadmin ``brokerStatus`` / ``getBrokerConfig``), consumer progress (``consumerProgress``) and the
 per-queue min / max offsets of a topic (``topicStatus``).
 
-Per broker two strings, ``ns:bs:<cluster>/<addr>:head`` (status, config, dynamic keys: small, read by
-the broker pages) and ``...:data`` (queues and offsets: read for progress), and one index
+Per broker three strings, ``ns:bs:<cluster>/<addr>:head`` (status, config, dynamic keys: small, read by
+the broker pages), ``...:data`` (queues and offsets: read for progress) and ``...:mode`` (its
+metaMode alone: every set's is read for the overview, whose thousand sets would otherwise read every
+broker's config), and one index
 ``ns:bs-index`` of members scored by report time. Stamps are Redis's clock, as liveness's are. A
 report lives ``TTL_MILLIS`` after its last refresh: long enough that a dead master's last offsets
 are still shown (as stale) while its set has no master, short enough that a broker gone for good
@@ -14,21 +16,24 @@ leaves the pages on its own.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 
 from controlplane.redis import LUA_NOW_MS, async_client, key, sync_client
 
 from . import liveness
 from .core import broker_status as core
+from .core.acting import ReportedMode
 
 TTL_MILLIS = 600_000
 
-# KEYS: head, data, index. ARGV: ttl ms, member, head JSON, data JSON.
+# KEYS: head, data, index, mode. ARGV: ttl ms, member, head JSON, data JSON, mode JSON.
 _STORE = (
     LUA_NOW_MS
     + """
 local ttl = tonumber(ARGV[1])
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ttl)
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
+redis.call('SET', KEYS[4], ARGV[5], 'PX', ttl)
 redis.call('ZADD', KEYS[3], now, ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - ttl))
 return now
@@ -70,16 +75,25 @@ def _store_args(report: dict) -> list:
     member = liveness.member(report["clusterName"], report["brokerAddr"])
     head = {k: report[k] for k in ("clusterName", "brokerName", "brokerId", "brokerAddr", "status", "config", "dynamicKeys")}
     data = {"queues": report["queues"], "offsets": report["offsets"]}
+    # What is_stale needs, and the mode: the report interval is the one config key kept.
+    interval = {k: v for k, v in report["config"].items() if k == "brokerStatusReportInterval"}
+    mode = {
+        **{k: report[k] for k in ("clusterName", "brokerName", "brokerId", "brokerAddr")},
+        "status": {"metaMode": report["status"].get("metaMode")},
+        "config": interval,
+    }
     prefix = _record_prefix() + member
     return [
-        3,
+        4,
         prefix + ":head",
         prefix + ":data",
         _index_key(),
+        prefix + ":mode",
         TTL_MILLIS,
         member,
         json.dumps(head, separators=(",", ":")),
         json.dumps(data, separators=(",", ":")),
+        json.dumps(mode, separators=(",", ":")),
     ]
 
 
@@ -134,6 +148,18 @@ def reports(broker_name: str | None = None, broker_id: int | None = None, cluste
         for m, h, at in chosen
     ]
     return sorted(out, key=lambda r: (r["brokerName"], r["brokerId"], r["brokerAddr"]))
+
+
+def reported_modes(broker_names: Collection[str] | None = None) -> dict[tuple[str, str], list[ReportedMode]]:
+    """(clusterName, brokerName) -> the metaMode each of its brokers last reported (of the named sets
+    only, if given), ``stale`` marked: one Redis round trip, whatever the number of sets."""
+    now, records = _read(":mode")
+    out: dict[tuple[str, str], list[ReportedMode]] = {}
+    for _, r, at in records:
+        if broker_names is None or r["brokerName"] in broker_names:
+            mode = ReportedMode(r["brokerId"], r["brokerAddr"], r["status"].get("metaMode"), core.is_stale(r, at, now))
+            out.setdefault((r["clusterName"], r["brokerName"]), []).append(mode)
+    return out
 
 
 def _serving(cluster_name: str | None) -> dict[str, dict]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from controlplane.logical_queues import MovePreview, TopicMapping
 
+from .core.acting import ActingMasterState
 from .core.routes import BrokerData, TopicRouteData
 from .core.values import Group, QueueData
 from .liveness import member
@@ -38,6 +39,23 @@ def topic_route(route: TopicRouteData) -> dict:
         "queueDatas": [queue_data(q) for q in route.queue_datas],
         "brokerDatas": [broker_data(b) for b in route.broker_datas],
         "filterServerTable": {},
+    }
+
+
+def acting_master(state: ActingMasterState) -> dict:
+    """A broker set's acting master as its routes show it and as its brokers report (core/acting.py):
+    ``brokerId``/``brokerAddr`` the routes' (None: no route shows one), ``topics`` the topics whose
+    routes show it, ``otherTopics`` how many of the set's do not, ``reportedMode`` its own reported
+    metaMode, ``othersActing`` the other brokers reporting ACTING."""
+    routed = state.routed
+    return {
+        "agreement": state.agreement.value,
+        "brokerId": routed.broker_id if routed else None,
+        "brokerAddr": routed.broker_addr if routed else None,
+        "topics": list(routed.topics) if routed else [],
+        "otherTopics": routed.other_topics if routed else 0,
+        "reportedMode": state.routed_mode,
+        "othersActing": list(state.others_acting),
     }
 
 

@@ -13,12 +13,27 @@ from .dashboard_format import id_set
 register = template.Library()
 
 
+def acting_badge(acting: dict | None) -> str:
+    """The acting-master state (dashboards/acting_master.py), as static/js/live.js ``actingBadge``
+    builds it; "" when there is none."""
+    if acting is None:
+        return ""
+    broker_id = "" if acting["brokerId"] is None else int(acting["brokerId"])
+    return (
+        f'<span class="warn acting" data-agreement="{escape(acting["agreement"])}" data-broker-id="{broker_id}">'
+        f"{escape(acting['text'])}</span>"
+    )
+
+
 def _master(group: dict) -> str:
+    acting = group.get("actingMaster")
+    badge = acting_badge(acting)
     if group["masterBrokerId"] is not None:
-        return f'<b>{int(group["masterBrokerId"])}</b> <span class="addr">{escape(group["masterAddress"] or "")}</span>'
-    if group.get("actingMasterId") is not None:
-        return f'<span class="warn">acting master {int(group["actingMasterId"])}</span>'
-    return '<span class="bad">no master</span>'
+        master = f'<b>{int(group["masterBrokerId"])}</b> <span class="addr">{escape(group["masterAddress"] or "")}</span>'
+        return f"{master} {badge}" if badge else master
+    if acting is not None and acting["brokerId"] is not None:
+        return badge
+    return '<span class="bad">no master</span>' + (f" {badge}" if badge else "")
 
 
 def group_row(group: dict) -> str:
@@ -36,6 +51,12 @@ def group_row(group: dict) -> str:
         f'<td data-field="syncStateSet">{sync_state_set}</td>'
         f'<td data-field="replicas">{len(group["members"])}</td></tr>\n'
     )
+
+
+@register.simple_tag
+def master_cell(group: dict) -> SafeString:
+    """A group's master, acting master or "no master", as the overview's master cell shows it."""
+    return mark_safe(_master(group))  # every value in it went through escape()
 
 
 @register.simple_tag

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 from controlplane import validation as v
 from controlplane.keyed_config import BROKER_SECRET_KEYS
@@ -20,6 +21,17 @@ MAX_CONFIG_KEYS = 500
 CONFIG_VALUE_MAX = 4096
 STALE_AFTER_INTERVALS = 3  # a report older than this many of its broker's intervals is stale
 DEFAULT_INTERVAL_MS = 2000
+
+
+class MetaMode(StrEnum):
+    """How a broker keeps its consumer metadata, as it reports it (``status.metaMode``;
+    brokers/metalog.py): the serving master writes it, a slave follows it, and a slave acting for its
+    dead master (RIP-32) serves from what it followed."""
+
+    WRITER = "WRITER"
+    FOLLOWER = "FOLLOWER"
+    ACTING = "ACTING"
+
 
 _HEAD: dict[str, v.Check] = {
     "clusterName": v.name,
@@ -156,7 +168,7 @@ def serving_rank(report: dict, now_ms: int) -> tuple[bool, int, int]:
     metadata, then an acting master, then any; the newest among equals."""
     mode = report.get("status", {}).get("metaMode")
     at = report.get("reportedAtMs", 0)
-    return not is_stale(report, at, now_ms), (2 if mode == "WRITER" else 1 if mode == "ACTING" else 0), at
+    return not is_stale(report, at, now_ms), (2 if mode == MetaMode.WRITER else 1 if mode == MetaMode.ACTING else 0), at
 
 
 def serving_reports(reports: Iterable[dict], now_ms: int) -> dict[str, dict]:

@@ -151,6 +151,14 @@
     const masterChanged = next.masterBrokerId !== state.masterBrokerId || next.masterEpoch !== state.masterEpoch;
     Live.setText($("master-id"), next.masterBrokerId === null ? "none" : next.masterBrokerId);
     Live.setText($("master-address"), next.masterAddress || "");
+    const acting = next.actingMaster || null;
+    const actingBadge = $("acting-master");
+    if (actingBadge) {
+      actingBadge.hidden = !acting;
+      actingBadge.dataset.agreement = acting ? acting.agreement : "none";
+      actingBadge.dataset.brokerId = acting && acting.brokerId !== null && acting.brokerId !== undefined ? acting.brokerId : "";
+      Live.setText(actingBadge, acting ? acting.text : "");
+    }
     Live.setText($("master-epoch"), next.masterEpoch);
     Live.setText($("sync-state-set"), Live.idSet(next.syncStateSet));
     Live.setText($("sync-state-set-epoch"), next.syncStateSetEpoch);

@@ -80,9 +80,23 @@ const Live = (() => {
     return { close: () => socket && socket.close() };
   }
 
-  // The health reasons that follow from the controller state alone (dashboards/selectors.py _health):
-  // "no master" (the only "bad" one) and a SyncStateSet smaller than the group. The others (heartbeats,
-  // isolation, lag) stay as the page was rendered. badge: the health badge; list: its <ul> of reasons.
+  // The acting-master state of a group (state.actingMaster, dashboards/acting_master.py) as a badge,
+  // the markup dashboards/templatetags/overview_rows.py acting_badge renders; null when there is none.
+  function actingBadge(acting) {
+    if (!acting) return null;
+    const badge = document.createElement("span");
+    badge.className = "warn acting";
+    badge.dataset.agreement = acting.agreement;
+    badge.dataset.brokerId = acting.brokerId === null || acting.brokerId === undefined ? "" : acting.brokerId;
+    badge.textContent = acting.text;
+    return badge;
+  }
+
+  // The health reasons that follow from the pushed state alone (dashboards/selectors.py _health):
+  // "no master" (the only "bad" one; not while the routes show an acting master), the acting-master
+  // state (its text always starts with "acting master") and a SyncStateSet smaller than the group. The
+  // others (heartbeats, isolation, lag) stay as the page was rendered. badge: the health badge; list:
+  // its <ul> of reasons.
   function applyHealth(badge, list, state, replicas) {
     if (!badge || !list) return;
     const reasons = [...list.children];
@@ -93,8 +107,12 @@ const Live = (() => {
       list.append(li);
     };
     const hasMaster = state.masterBrokerId !== null && state.masterBrokerId !== undefined;
-    if (hasMaster) drop("no master");
-    else if (!reasons.some((li) => li.textContent.startsWith("no master"))) add("no master");
+    const acting = state.actingMaster || null;
+    const standIn = acting !== null && acting.brokerId !== null && acting.brokerId !== undefined;
+    drop("no master");
+    drop("acting master");
+    if (!hasMaster && !standIn) add("no master");
+    if (acting) add(acting.text);
     const inSet = (state.syncStateSet || []).length;
     drop("SyncStateSet below");
     if (inSet && inSet < replicas) add(`SyncStateSet below the group's replicas (${inSet} of ${replicas})`);
@@ -108,5 +126,5 @@ const Live = (() => {
     return level;
   }
 
-  return { grouped, msTime, idSet, setText, flash, connect, applyHealth };
+  return { grouped, msTime, idSet, setText, flash, connect, actingBadge, applyHealth };
 })();

@@ -6,24 +6,33 @@
   for (const row of document.querySelectorAll("tr[data-broker-name]")) rows.set(row.dataset.brokerName, row);
 
   function applyState(row, state) {
+    // The master cell as dashboards/templatetags/overview_rows.py renders it: the master, else the
+    // acting master the routes show, else "no master"; and the acting-master state, if any.
     const master = row.querySelector('[data-field="master"]');
-    if (state.masterBrokerId === null || state.masterBrokerId === undefined) {
-      if (!master.querySelector(".bad, .warn")) {
-        master.innerHTML = '<span class="bad">no master</span>';
-        Live.flash(master);
-      }
-    } else {
-      const text = state.masterBrokerId + " " + (state.masterAddress || "");
-      if (master.textContent.trim() !== text.trim()) {
-        master.innerHTML = "";
-        const id = document.createElement("b");
-        id.textContent = state.masterBrokerId;
-        const addr = document.createElement("span");
-        addr.className = "addr";
-        addr.textContent = state.masterAddress || "";
-        master.append(id, " ", addr);
-        Live.flash(master);
-      }
+    const hasMaster = state.masterBrokerId !== null && state.masterBrokerId !== undefined;
+    const acting = state.actingMaster || null;
+    const cell = document.createElement("td");
+    if (hasMaster) {
+      const id = document.createElement("b");
+      id.textContent = state.masterBrokerId;
+      const addr = document.createElement("span");
+      addr.className = "addr";
+      addr.textContent = state.masterAddress || "";
+      cell.append(id, " ", addr);
+    } else if (!acting || acting.brokerId === null || acting.brokerId === undefined) {
+      const none = document.createElement("span");
+      none.className = "bad";
+      none.textContent = "no master";
+      cell.append(none);
+    }
+    const badge = Live.actingBadge(acting);
+    if (badge) {
+      if (cell.childNodes.length) cell.append(" ");
+      cell.append(badge);
+    }
+    if (master.innerHTML !== cell.innerHTML) {
+      master.replaceChildren(...cell.childNodes);
+      Live.flash(master);
     }
     Live.setText(row.querySelector('[data-field="masterEpoch"]'), state.masterEpoch);
     Live.setText(row.querySelector('[data-field="syncStateSet"]'), Live.idSet(state.syncStateSet));

@@ -9,7 +9,7 @@ from dashboards.selectors import _health
 
 pytestmark = pytest.mark.unit
 
-GROUP = {"masterBrokerId": 0, "actingMasterId": None, "controllerManaged": False, "syncStateSet": []}
+GROUP = {"masterBrokerId": 0, "actingMaster": None, "controllerManaged": False, "syncStateSet": []}
 MEMBERS = [{"brokerId": 0, "alive": True, "isolated": False}, {"brokerId": 1, "alive": True, "isolated": False}]
 
 

@@ -255,7 +255,7 @@ def test_overview_rows_escape_every_value():
             "health": "bad",
             "reasons": ["<i>no</i> master"],
             "masterBrokerId": None,
-            "actingMasterId": None,
+            "actingMaster": None,
             "masterEpoch": 0,
             "syncStateSet": [],
             "controllerManaged": True,

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from nameserver.core.routes import acting_master_id, pickup_route
+from nameserver.core.routes import (
+    RoutedActingMaster,
+    acting_master_id,
+    pickup_route,
+    route_acting_master_id,
+    routed_acting_master,
+)
 from nameserver.core.values import Group, Member, QueueData
 
 pytestmark = pytest.mark.unit
@@ -74,5 +80,55 @@ def test_grpc_endpoints_follow_the_acting_master_substitution():
     ],
 )
 def test_acting_master_id(ids, enabled, expected):
-    # One rule for routes and for the dashboard (dashboards/selectors.py shows this id).
     assert acting_master_id(ids, enable_acting_master=enabled) == expected
+
+
+SUBSTITUTION_ROWS = [
+    pytest.param("T", True, {1: B, 2: C}, True, 4, 1, id="masterless-read-only-min-slave"),
+    pytest.param("T", True, {2: B, 3: C}, True, 4, 2, id="minimum-id-not-id-1"),
+    pytest.param("T", False, {1: B, 2: C}, True, 4, None, id="support-acting-master-off"),
+    pytest.param("T", True, {1: B, 2: C}, True, 6, None, id="writeable-queue"),
+    pytest.param("T", True, {1: B, 2: C}, True, None, None, id="set-without-the-topic"),
+    pytest.param("T", True, {1: B, 2: C}, False, 4, None, id="set-without-acting-master"),
+    pytest.param("T", True, {0: A, 1: B}, True, 4, None, id="master-present"),
+    pytest.param("rmq_sys_SYNC_BROKER_MEMBER_b1", True, {1: B}, True, 4, None, id="member-group-topic"),
+]
+
+
+@pytest.mark.parametrize("topic, support, ids, acting, perm, expected", SUBSTITUTION_ROWS)
+def test_route_acting_master_id_is_what_the_route_shows_as_id_0(topic, support, ids, acting, perm, expected):
+    kwargs = dict(enable_acting_master=acting, support_acting_master=support)
+    assert route_acting_master_id(topic, ids, perm, **kwargs) == expected
+    # ... the very id pickup_route puts under 0 (one rule: the route and the dashboard read it)
+    queues = [QueueData("b1", 4, 4, perm if perm is not None else 6), QueueData("other", 1, 1, 6)]
+    groups = {"b1": g("b1", ids, acting), "other": g("other", {0: "10.9.9.9:1"})}
+    route = pickup_route(topic, queues if perm is not None else queues[1:], groups, support_acting_master=support)
+    shown = {bd.broker_name: bd for bd in route.broker_datas}
+    if expected is None:
+        assert "b1" not in shown or not shown["b1"].acting_master
+    else:
+        assert shown["b1"].acting_master and shown["b1"].broker_addrs[0] == ids[expected]
+
+
+@pytest.mark.parametrize(
+    "ids, perms, support, expected",
+    [
+        pytest.param({1: B, 2: C}, {"T": 4, "U": 4}, True, RoutedActingMaster(1, B, ("T", "U"), 0), id="every-route"),
+        pytest.param(
+            {1: B, 2: C}, {"T": 4, "U": 6}, True, RoutedActingMaster(1, B, ("T",), 1), id="a-writeable-topic-is-not-substituted"
+        ),
+        pytest.param(
+            {1: B},
+            {"T": 4, "rmq_sys_SYNC_BROKER_MEMBER_b1": 4},
+            True,
+            RoutedActingMaster(1, B, ("T",), 1),
+            id="member-group-topic-left-out",
+        ),
+        pytest.param({1: B, 2: C}, {"T": 6}, True, None, id="only-writeable-topics"),
+        pytest.param({1: B, 2: C}, {}, True, None, id="no-topic-no-route"),
+        pytest.param({1: B, 2: C}, {"T": 4}, False, None, id="support-acting-master-off"),
+        pytest.param({0: A, 1: B}, {"T": 4}, True, None, id="master-present"),
+    ],
+)
+def test_routed_acting_master_of_a_set_over_its_topics(ids, perms, support, expected):
+    assert routed_acting_master(ids, perms, enable_acting_master=True, support_acting_master=support) == expected
