@@ -121,8 +121,8 @@ Figures (the last line printed is one JSON object):
   txn_check_delay_s_p50/p99/max (txn_check_delay_p99_s = the p99)
                                half message's send answered -> the checker's COMMIT answered OK
   txn_check_lost               half messages sent and not both committed and received (must be 0)
-  txn_check_commands           RecoverOrphanedTransactionCommands the checker got (each replica
-                               relays each check: up to 3 per transaction and check run), per replica
+  txn_check_commands           RecoverOrphanedTransactionCommands the checker got (one broker of
+                               the set relays each check: one per transaction and check run), per replica
   txn_check_commit_spread_s    first to last commit: how long one check run took to reach them all
   txn_timeout_ms, txn_check_interval_ms
                                transactionTimeOut and transactionCheckInterval the brokers ran with

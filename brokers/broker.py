@@ -11,8 +11,8 @@ from pathlib import Path
 
 from .admin import BrokerAdmin
 from .config import BrokerConfig
-from .control.members import MemberGroupTracker
-from .control.nameserver import NameserverLink
+from .control.members import MemberGroupTracker, parse_member_group
+from .control.nameserver import ControlPlaneError, NameserverLink
 from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, ResponseCode
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
@@ -28,6 +28,7 @@ from .tasks import cancel_and_wait
 from .timer import Checkpoint, TimerService
 from .topics import TopicConfig, TopicConfigManager, system_topics
 from .transaction import Resolution
+from .transaction_check import TransactionChecks
 
 log = logging.getLogger("brokers")
 
@@ -179,6 +180,7 @@ class Broker:
         self.peers.handle(RequestCode.WANT_CONSUMER_META_SNAPSHOT, self._snapshot_asked)
         self._peer_client = PeerClient(config.peer_token)
         self._master_addr: str | None = None  # classic mode: from the nameserver's registration answers
+        self._members: dict[int, str] = {}  # this set's live replicas, as last heard (brokers/transaction_check.py)
         self.metalog.request_snapshot = self._ask_master_for_snapshot
         classic_acting = config.enableSlaveActingMaster and not config.enableControllerMode
         self.members = (
@@ -210,8 +212,20 @@ class Broker:
         self._follow = loop.create_task(self.metalog.follow_forever(), name="meta-follow")
         self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, self.consumer_meta, self.metalog)
         self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
-        serving = lambda: self.metalog.mode is MetaMode.WRITER  # noqa: E731
-        self._transactions = loop.create_task(self.grpc_service.transactions_forever(serving), name="transactions")
+        # The set's transaction checks run where its special services do (reference §5.1): on the
+        # master, or on the slave acting for a dead one.
+        checks = TransactionChecks(
+            self.grpc_service.transactions,
+            self.grpc_service,
+            self._peer_client,
+            self._group_members,
+            self.config.broker_addr,
+            self.config.transactionCheckInterval,
+            serving=lambda: self.metalog.mode in (MetaMode.WRITER, MetaMode.ACTING),
+        )
+        for code, handler in checks.handlers().items():
+            self.peers.handle(code, handler)
+        self._transactions = loop.create_task(checks.run(), name="transactions")
         self.grpc_service.on_topics_changed = self.nameserver.register_soon
         self.grpc_service.forwards_sends = self._forwards_sends
         self.grpc_service.on_offset_committed = self.offset_reporter.committed
@@ -326,28 +340,30 @@ class Broker:
     # --- timers while acting for a dead master (RIP-32 escape) -------------------------------------
 
     def _on_acting(self, acting: bool) -> None:
-        """An acting master with escape on (enableRemoteEscape) turns the timer wheel and resolves
-        transactions: due timers and commits go to another master of the cluster. Without escape
-        they wait for their master's return (EndTransaction is answered with an error the clients
-        retry)."""
+        """An acting master checks and resolves transactions (kept until its master takes them back);
+        with escape on (enableRemoteEscape) it also turns the timer wheel: due timers and commits go
+        to another master of the cluster. Without escape, timers and the messages of commits wait for
+        their master's return."""
         if self.grpc_service is None:
             return
         escape = self.grpc_service.escape.put if acting and self.config.enableRemoteEscape else None
-        transactions = self.grpc_service.transactions
-        transactions.escape, transactions.loaded = escape, False  # this log's index, rebuilt at first use
+        self.grpc_service.transactions.act(acting, escape)
         if escape is not None and self.config.timerWheelEnable:
             self.timers.activate(escape=escape)
         elif not acting:
             self._in_background(self.timers.deactivate(), "timer-stop")
 
     async def _resolutions_asked(self, body: dict) -> dict:
-        """10060: the transactions this broker resolved while acting (empty: none)."""
-        ops = self.grpc_service.transactions.acting_ops if self.grpc_service is not None else {}
-        return {"resolutions": {txn: r.value for txn, r in ops.items()}} if ops else {}
+        """10060: the transactions this broker resolved while acting (empty: none), and of those the
+        commits whose message it sent nowhere (``unsent``: the returning master stores it)."""
+        if self.grpc_service is None:
+            return {}
+        ops, unsent = self.grpc_service.transactions.handed_back()
+        return {"resolutions": {txn: r.value for txn, r in ops.items()}, "unsent": sorted(unsent)} if ops else {}
 
     def _take_resolutions(self, reply: dict) -> None:
-        raw = reply.get("resolutions")
-        if not isinstance(raw, dict) or self.grpc_service is None:
+        raw, unsent = reply.get("resolutions"), reply.get("unsent", [])
+        if not isinstance(raw, dict) or not isinstance(unsent, list) or self.grpc_service is None:
             log.warning("pre-online: refused transaction resolutions %r", reply)
             return
         try:
@@ -355,8 +371,20 @@ class Broker:
         except ValueError as exc:
             log.warning("pre-online: refused transaction resolutions (%s)", exc)
             return
-        self.grpc_service.transactions.adopted.update(taken)
+        self.grpc_service.transactions.adopt(taken, {str(txn) for txn in unsent})
         log.info("pre-online: took back %d transactions the acting master resolved", len(taken))
+
+    async def _group_members(self) -> dict[int, str]:
+        """This set's live replicas (broker id -> peer address), from the nameserver's member group;
+        the last ones heard while it cannot be asked."""
+        c = self.config
+        try:
+            asked = {"clusterName": c.brokerClusterName, "brokerName": c.brokerName}
+            reply = await self.nameserver.call("get_broker_member_group", asked)
+            self._members = parse_member_group(reply)
+        except (ControlPlaneError, TimeoutError, ValueError) as exc:
+            log.info("member group not read (%s); using the last one heard", exc)
+        return self._members
 
     async def _timer_checkpoint_asked(self, body: dict) -> dict:
         """60: what this broker delivered by escape while acting (empty: nothing)."""

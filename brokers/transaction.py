@@ -12,15 +12,18 @@ log so that they replicate over the HA link like any message.
   the same resolution (a retry whose first answer was lost, a forward given up for a new master) is
   answered OK and changes nothing; an unknown transaction, or one of another topic, is refused
   (INVALID_TRANSACTION_ID), nothing written.
-- **The check** (``Transactions.check_once``, every ``transactionCheckInterval``): a half message
-  unresolved for ``transactionTimeOut`` is put back (a copy with ``TRANSACTION_CHECK_TIMES`` + 1);
-  after ``transactionCheckMax`` checks it is discarded to ``TRANS_CHECK_MAX_TIME_TOPIC`` (with a
-  DISCARD op record). **Every replica** relays a put-back copy it finds in its log to a producer of
-  the group connected to it (``CheckRelay``: a Telemetry RecoverOrphanedTransactionCommand): the
-  official clients keep their Telemetry streams with whichever replicas their routes name, and the
-  producer's answer (EndTransaction, source SERVER_CHECK) reaches the master through any replica.
+- **The check** (``Transactions.check_once``, every ``transactionCheckInterval`` on the broker serving
+  the set, brokers/transaction_check.py): a half message unresolved for ``transactionTimeOut`` is
+  put back (a copy with ``TRANSACTION_CHECK_TIMES`` + 1) and handed to the caller, which has exactly
+  one broker of the set ask a producer of the group; after ``transactionCheckMax`` checks it is
+  discarded to ``TRANS_CHECK_MAX_TIME_TOPIC`` (with a DISCARD op record). The producer's answer
+  (EndTransaction, source SERVER_CHECK) reaches the serving broker through any replica.
 - **A new master** rebuilds the index from its own copy of the log: every half message, less those
   an op record resolved (``Transactions.load``).
+- **An acting master** (RIP-32) cannot write its log: it counts its checks in memory and discards
+  nothing, and keeps the resolutions it is sent (a commit goes to another master at once with
+  escape, ``enableRemoteEscape``; without, the returning master stores it). The returning master
+  takes them back at pre-online and records them before it checks anything.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from .store.message import Message
@@ -116,10 +119,11 @@ def discarded(half: Message) -> Message:
     return Message(DISCARD_TOPIC, 0, half.body, dict(half.properties), flag=half.flag, born_timestamp=half.born_timestamp)
 
 
-def checked_copy(half: Message) -> Message:
-    """The copy a check puts back (``TRANSACTION_CHECK_TIMES`` + 1): every replica relays it to a producer."""
+def checked_copy(half: Message, times: int | None = None) -> Message:
+    """The copy a check puts back, counting this check: ``TRANSACTION_CHECK_TIMES`` = ``times``
+    (by default the half message's count + 1)."""
     props = dict(half.properties)
-    props[CHECK_TIMES] = str(check_times(half) + 1)
+    props[CHECK_TIMES] = str(check_times(half) + 1 if times is None else times)
     return Message(HALF_TOPIC, 0, half.body, props, flag=half.flag, born_timestamp=half.born_timestamp)
 
 
@@ -175,12 +179,24 @@ def resolution_allowed(known: Half | None, done: Resolution | None, topic: str, 
     return True
 
 
-def check_action(half: Half, now: int, timeout_ms: int, check_max: int) -> str | None:
+def check_action(half: Half, now: int, timeout_ms: int, check_max: int, acting: bool = False) -> str | None:
     """What a check run does with an unresolved half message: None (too young), "check" (put a copy
-    back for the producer to be asked), or "discard" (asked ``check_max`` times already)."""
+    back for the producer to be asked), or "discard" (asked ``check_max`` times already). An acting
+    master, which cannot write the discard, leaves it to its master: None."""
     if now - half.stored_ms < timeout_ms:
         return None
-    return "discard" if half.checks >= check_max else "check"
+    if half.checks >= check_max:
+        return None if acting else "discard"
+    return "check"
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """What one check run did: the half messages to ask their producers about (each once, carrying
+    its ``TRANSACTION_CHECK_TIMES``), and how many transactions it discarded."""
+
+    asked: tuple[Message, ...]
+    discarded: int
 
 
 # --- the serving master -----------------------------------------------------------------------------
@@ -199,9 +215,10 @@ class _Asked:
 
 class Transactions:
     """The index of unresolved transactions and their resolution; used while this broker is the
-    serving master (``load`` on each takeover), or acts for a dead one with escape (``escape`` set: a
-    commit goes to another master, resolutions stay here, ``acting_ops``, until the returning master
-    takes them back, ``adopted``, and records them in its log)."""
+    serving master (``load`` on each takeover), or acts for a dead one (``act``): then nothing is
+    written here. Its resolutions stay here (``acting_ops``; a commit goes to another master with
+    escape, else it waits in ``acting_unsent``) until the returning master takes them back
+    (``adopt``) and records them in its log; its checks are counted in memory (``acting_checks``)."""
 
     def __init__(self, store: MessageStore, timeout_ms: int, check_max: int):
         self.store = store
@@ -221,9 +238,30 @@ class Transactions:
         # once their op record is readable (replicated), or forgotten when the index is rebuilt
         self.unconfirmed: dict[str, Resolution] = {}
         self.loaded = False
+        self.acting = False
         self.escape: Escape | None = None
         self.acting_ops: dict[str, Resolution] = {}  # resolved while acting (not in any log yet)
+        self.acting_unsent: set[str] = set()  # of those, commits not escaped: the returning master stores them
+        self.acting_checks: dict[str, Half] = {}  # checked while acting: the latest count and time
         self.adopted: dict[str, Resolution] = {}  # an acting master's, taken back at pre-online
+        self.adopted_unsent: set[str] = set()  # of those, the commits this master stores the message of
+
+    def act(self, acting: bool, escape: Escape | None = None) -> None:
+        """This broker starts (or stops) acting for its set's dead master: resolutions are kept here
+        (a commit sent with ``escape`` when given), checks counted in memory. The index is rebuilt from
+        this log at its next use."""
+        self.acting, self.escape, self.loaded = acting, escape if acting else None, False
+        self.acting_checks.clear()
+
+    def adopt(self, resolutions: dict[str, Resolution], unsent: set[str]) -> None:
+        """Pre-online: what the acting master resolved (``unsent``: commits it sent nowhere), recorded
+        at this master's next load, before anything is checked."""
+        self.adopted.update(resolutions)
+        self.adopted_unsent |= unsent & resolutions.keys()
+
+    def handed_back(self) -> tuple[dict[str, Resolution], set[str]]:
+        """What this broker resolved while acting, for its returning master (request 10060)."""
+        return dict(self.acting_ops), self.acting_unsent & self.acting_ops.keys()
 
     async def load(self) -> None:
         """Rebuild from this broker's log: every half message, less those an op record resolved
@@ -239,20 +277,44 @@ class Transactions:
             self._half_cursor = self._op_cursor = 0
             await self.store.settled()
             await self._read_new()
-            if self.escape is not None:  # still acting: what it resolved is in no log, and stays resolved
+            if self.acting:  # what it resolved is in no log, and stays resolved
                 for txn, r in self.acting_ops.items():
                     self._remember(txn, r)
-            taken = [(txn, r) for txn, r in self.adopted.items() if txn not in self.resolved]
-            if taken and self.escape is None:
-                ops = [op_record(txn, r, self.pending[txn].offset if txn in self.pending else -1) for txn, r in taken]
-                await self._write(ops)
-                for txn, r in taken:
-                    self._remember(txn, r)
-                log.info("transactions: %d resolved by the acting master recorded", len(taken))
-            if self.escape is None:
-                self.adopted.clear()
+            else:
+                await self._record_adopted()
             self.loaded = True
         log.info("transactions: %d unresolved, %d resolved in the log", len(self.pending), len(self.resolved))
+
+    async def _record_adopted(self) -> None:
+        """Write what the acting master resolved and this log does not have yet: an op record each,
+        with the message of a commit it sent nowhere."""
+        taken = [(txn, r) for txn, r in self.adopted.items() if txn not in self.resolved]
+        writes: list[Message] = []
+        recorded: list[tuple[str, Resolution]] = []
+        for txn, r in taken:
+            half = self.pending.get(txn)
+            if r is Resolution.COMMIT and txn in self.adopted_unsent:
+                stored = await self._stored_half(half.offset) if half is not None else None
+                if stored is None:
+                    log.warning("transaction %s committed by the acting master: its half message is not in this log", txn)
+                    continue
+                writes.append(committed(stored))
+            writes.append(op_record(txn, r, half.offset if half is not None else -1))
+            recorded.append((txn, r))
+        if writes:
+            await self._write(writes)
+        for txn, r in recorded:
+            self._remember(txn, r)
+        if recorded:
+            log.info("transactions: %d resolved by the acting master recorded", len(recorded))
+        self.adopted.clear()
+        self.adopted_unsent.clear()
+
+    async def _stored_half(self, offset: int) -> Message | None:
+        """The half message (or its latest copy) at ``offset`` of the half queue."""
+        kept = self._kept.get(offset)
+        stored = [kept] if kept is not None else await self.store.get_messages(HALF_TOPIC, 0, offset, 1)
+        return stored[0] if stored and stored[0].queue_offset == offset else None
 
     async def _catch_up(self) -> None:
         """Read what the log got since the last read (one reader at a time: the others find it read)."""
@@ -295,6 +357,7 @@ class Transactions:
 
     def _remember(self, txn: str, resolution: Resolution) -> None:
         self.unconfirmed.pop(txn, None)
+        self.acting_checks.pop(txn, None)
         half = self.pending.pop(txn, None)
         if half is not None:
             self._kept.pop(half.offset, None)
@@ -305,7 +368,7 @@ class Transactions:
 
     async def end(self, transaction_id: str, topic: str, resolution: Resolution) -> None:
         """Carry out an EndTransaction. TxnRefused (nothing written) or TxnNotStored. One at a time
-        per transaction (a client's, a forwarded copy's, answers to checks relayed by every replica),
+        per transaction (a client's, a forwarded copy's, a producer's answer to a check and its retry),
         and carried through even when its caller goes away (a forward given up, a client's deadline):
         a write cut off half way could not tell whether it was stored. Those asked while a batch is
         being written are carried out together, as the next batch (one read of the log, one write)."""
@@ -371,10 +434,10 @@ class Transactions:
                 todo.append((asked, half))
         if not todo:
             return
-        if self.escape is not None:  # acting for a dead master: the commit goes to another one
+        if self.acting:  # for a dead master: kept here, nothing written
             for asked, half in todo:
                 try:
-                    await self._escape_one(asked, half)
+                    await self._keep(asked, half)
                 except TxnNotStored as exc:
                     asked.done.set_exception(exc)
                 else:
@@ -417,22 +480,25 @@ class Transactions:
             raise TxnNotStored(PutMessageStatus.FLUSH_SLAVE_TIMEOUT, "written, not yet on the replicas: ask again")
         if not resolution_allowed(self.pending.get(txn), self.resolved.get(txn), asked.topic, resolution):
             return None
-        half = self.pending[txn]
-        kept = self._kept.get(half.offset)
-        stored = [kept] if kept is not None else await self.store.get_messages(HALF_TOPIC, 0, half.offset, 1)
-        if not stored or stored[0].queue_offset != half.offset:
-            raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, f"half message {half.offset} is not in the log")
-        return stored[0]
+        offset = self.pending[txn].offset
+        stored = await self._stored_half(offset)
+        if stored is None:
+            raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, f"half message {offset} is not in the log")
+        return stored
 
-    async def _escape_one(self, asked: _Asked, half: Message) -> None:
-        escape = self.escape
-        assert escape is not None  # the caller saw it set
+    async def _keep(self, asked: _Asked, half: Message) -> None:
+        """An acting master's resolution: a commit goes to another master with escape, or waits for
+        the returning master (``acting_unsent``); either is handed back at pre-online."""
+        txn = asked.transaction_id
         if asked.resolution is Resolution.COMMIT:
-            why = (await escape([escaped_commit(half)]))[0]
-            if why is not None:
-                raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, why)
-        self.acting_ops[asked.transaction_id] = asked.resolution
-        self._remember(asked.transaction_id, asked.resolution)
+            if self.escape is not None:
+                why = (await self.escape([escaped_commit(half)]))[0]
+                if why is not None:
+                    raise TxnNotStored(PutMessageStatus.UNKNOWN_ERROR, why)
+            else:
+                self.acting_unsent.add(txn)
+        self.acting_ops[txn] = asked.resolution
+        self._remember(txn, asked.resolution)
 
     async def _write(self, messages: list[Message]) -> None:
         results = await self.store.put_messages(messages)
@@ -440,66 +506,50 @@ class Transactions:
         if bad is not None:
             raise TxnNotStored(bad.status, bad.detail)
 
-    async def check_once(self) -> tuple[int, int]:
-        """One check run: put back a copy of every transaction unresolved for ``timeout_ms`` (every
-        replica relays it to a producer), discard those checked ``check_max`` times; written in
-        batches of CHECK_BATCH. (checked, discarded)."""
+    async def check_once(self) -> CheckRun:
+        """One check run: every transaction unresolved for ``timeout_ms`` is to be asked about once
+        more, and those checked ``check_max`` times are discarded. The master puts a copy of each back
+        (written in batches of CHECK_BATCH); an acting master writes nothing and counts its checks in
+        memory (it discards nothing: its master will)."""
         await self._catch_up()
         now = now_ms()
         due = []
         for txn, half in list(self.pending.items()):
-            action = check_action(half, now, self.timeout_ms, self.check_max)
+            seen = self.acting_checks.get(txn) if self.acting else None
+            if seen is not None and seen.checks > half.checks:  # asked here since the log's last copy
+                half = seen
+            action = check_action(half, now, self.timeout_ms, self.check_max, acting=self.acting)
             if action is not None:
                 due.append((txn, half, action))
-        checked = discarded_n = 0
+        asked: list[Message] = []
+        discarded_n = 0
         for start in range(0, len(due), CHECK_BATCH):
             writes: list[Message] = []
             dropped: list[str] = []
+            batch_asked: list[Message] = []
             for txn, half, action in due[start : start + CHECK_BATCH]:
                 if txn in self._busy or txn not in self.pending or txn in self.unconfirmed:
                     continue  # being resolved right now, or resolved and not replicated yet
-                kept = self._kept.get(half.offset)
-                stored = [kept] if kept is not None else await self.store.get_messages(HALF_TOPIC, 0, half.offset, 1)
-                if not stored or stored[0].queue_offset != half.offset:
+                stored = await self._stored_half(self.pending[txn].offset)
+                if stored is None:
                     continue
                 if action == "discard":
-                    writes += [discarded(stored[0]), op_record(txn, Resolution.DISCARD, half.offset)]
+                    writes += [discarded(stored), op_record(txn, Resolution.DISCARD, half.offset)]
                     dropped.append(txn)
+                    continue
+                copy = checked_copy(stored, half.checks + 1)
+                batch_asked.append(replace(stored, properties=copy.properties))  # as stored, counting this check
+                if self.acting:
+                    self.acting_checks[txn] = Half(half.offset, half.topic, now, half.checks + 1)
                 else:
-                    writes.append(checked_copy(stored[0]))
-                    checked += 1
+                    writes.append(copy)
             if writes:
                 await self._write(writes)
+            asked += batch_asked
             for txn in dropped:
                 self._remember(txn, Resolution.DISCARD)
             discarded_n += len(dropped)
         await self._catch_up()  # the copies just written are the ones now waiting
         if discarded_n:
             log.warning("%d transactions discarded to %s after %d checks", discarded_n, DISCARD_TOPIC, self.check_max)
-        return checked, discarded_n
-
-
-class CheckRelay:
-    """Every replica: relays each put-back copy that appears in its log to a producer of the group
-    connected here (``send(group, half) -> bool``: False when none is)."""
-
-    def __init__(self, store: MessageStore, send: Callable[[str, Message], bool]):
-        self.store = store
-        self.send = send
-        self.cursor: int | None = None
-
-    async def relay_new(self) -> int:
-        end = self.store.max_queue_offset(HALF_TOPIC, 0)
-        if self.cursor is None:  # started (or restarted): only what comes from now on
-            self.cursor = end
-        sent = 0
-        while self.cursor < end:
-            batch = await self.store.get_messages(HALF_TOPIC, 0, self.cursor, READ_BATCH)
-            if not batch:
-                self.cursor = min(end, self.cursor + READ_BATCH)
-                continue
-            for m in batch:
-                if check_times(m) > 0 and self.send(m.properties.get(PGROUP, ""), m):
-                    sent += 1
-            self.cursor = batch[-1].queue_offset + 1
-        return sent
+        return CheckRun(tuple(asked), discarded_n)

@@ -1,6 +1,6 @@
 """The peer channel: brokers of one replica group talking to each other on their remoting port
-(``brokerIP1:listenPort``, RocketMQ's 10911), for ``EXCHANGE_BROKER_HA_INFO`` (906) and the metadata
-pulls of pre-online (reference §5.1, §5.3).
+(``brokerIP1:listenPort``, RocketMQ's 10911), for ``EXCHANGE_BROKER_HA_INFO`` (906), the metadata
+pulls of pre-online (reference §5.1, §5.3) and the relay of transaction checks.
 
 Not RocketMQ's remoting codec: a small request/response protocol of our own, with RocketMQ's request
 and response codes. A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON:
@@ -51,12 +51,19 @@ class RequestCode(IntEnum):
 
     GET_CONSUMER_META = 43  # RocketMQ's GET_ALL_CONSUMER_OFFSET: pre-online's reverse metadata sync
     GET_TIMER_CHECK_POINT = 60  # pre-online takes an acting master's timer checkpoint back
+    # The serving broker asks which producer groups hold a Telemetry stream here (by group names; the
+    # answer counts them), to pick the one replica that relays a transaction check
+    # (brokers/transaction_check.py).
+    GET_PRODUCER_CONNECTION_LIST = 204
     EXCHANGE_BROKER_HA_INFO = 906
     # Ours: a replica without a base for the consumer-metadata records asks its master for a snapshot
     # record (brokers/metalog.py).
     WANT_CONSUMER_META_SNAPSHOT = 10043
     # Ours: pre-online takes back the transactions an acting master resolved (brokers/transaction.py).
     GET_TRANSACTION_RESOLUTIONS = 10060
+    # Ours: the serving broker hands a replica the transaction checks it is to relay to its producers
+    # (RocketMQ's CHECK_TRANSACTION_STATE, 39, goes to the producer itself).
+    RELAY_TRANSACTION_CHECKS = 10039
 
 
 class ResponseCode(IntEnum):
@@ -316,8 +323,8 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 class PeerClient:
-    """Calls other brokers' peer channels, one connection per call (calls are rare: pre-online and
-    min-broker changes)."""
+    """Calls other brokers' peer channels, one connection per call (calls are rare: pre-online,
+    min-broker changes, a transaction check run)."""
 
     def __init__(self, token: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S, max_frame_bytes: int = MAX_FRAME_BYTES):
         self.token = token

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from ..store.message import Message
 from ..store.store import MessageStore, PutMessageStatus
 from ..timer import REAL_QID, REAL_TOPIC, TIMER_DELIVER_MS, TIMER_OUT_MS, TimerRefused, delivery_due, into_wheel, now_ms
 from ..topics import TopicConfigManager
-from ..transaction import TRANSACTION_ID, TXN_KEYS, CheckRelay, Resolution, Transactions, TxnNotStored, TxnRefused, into_half
+from ..transaction import TRANSACTION_ID, TXN_KEYS, Resolution, Transactions, TxnNotStored, TxnRefused, into_half
 from .clients import MULTI_ADDRESS_CLIENTS, ONE_REPLICA_PER_QUEUE_CLIENTS, client_language
 from .codes import permission, send_code
 from .consumer import ConsumerSide
@@ -49,7 +48,6 @@ from .settings import MAX_BODY_SIZE, client_settings
 log = logging.getLogger("brokers.grpc")
 
 ROUTE_TIMEOUT_S = 3.0
-RELAY_STEP_S = 0.1  # how often a replica looks for transaction checks to relay
 
 
 def _status(code: int, message: str = "") -> pb.Status:
@@ -144,26 +142,8 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         self._producers: dict[str, list[asyncio.Queue]] = {}  # producer group -> Telemetry streams
         self.transactions = Transactions(store, config.transactionTimeOut, config.transactionCheckMax)
         self._delay_levels = parse_delay_levels(config.messageDelayLevel)
-        self.check_relay = CheckRelay(store, self.relay_check)
         static_path = Path(config.storePathRootDir) / "config" / "staticTopics.json"
         self.init_logical(StaticQueues(config.brokerName, store.max_queue_offset, static_path))
-
-    async def transactions_forever(self, serving: Callable[[], bool]) -> None:
-        """Every replica relays the checks its log holds to the producers connected here; the serving
-        master (``serving()``) runs a check every transactionCheckInterval."""
-        last_check = time.monotonic()
-        while True:
-            await asyncio.sleep(RELAY_STEP_S)
-            try:
-                await self.check_relay.relay_new()
-                if not serving():
-                    self.transactions.loaded = False  # rebuilt from the log when this broker serves again
-                elif time.monotonic() - last_check >= self.config.transactionCheckInterval / 1000:
-                    last_check = time.monotonic()
-                    await self.transactions.check_once()
-            except Exception:  # never let the checks stop
-                log.exception("transaction check failed; retrying")
-                await asyncio.sleep(1)
 
     async def close(self) -> None:
         await self.close_logical()
@@ -267,7 +247,7 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
         """Settings exchange: every settings command is answered at once with an OK status and the
         settings RocketMQ's proxy would answer (settings.py). A producer's stream is kept under each
         topic it publishes to (its producer group in gRPC), so that a transaction check can reach it
-        (``relay_check``)."""
+        (``relay_check``; which broker of the set relays it: brokers/transaction_check.py)."""
         out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
         groups: set[str] = set()
 
@@ -302,6 +282,10 @@ class MessagingService(ConsumerSide, rpc.MessagingServiceServicer):
                     streams.remove(out)
                 if not streams:
                     self._producers.pop(group, None)
+
+    def producers_of(self, group: str) -> int:
+        """How many Telemetry streams of producers of ``group`` this broker holds."""
+        return len(self._producers.get(group, ()))
 
     def relay_check(self, group: str, half: Message) -> bool:
         """Ask a producer of ``group`` connected here about a transaction (RocketMQ's check through the

@@ -2,7 +2,8 @@
 op records, which EndTransaction is carried out, refused or answered with nothing to do, when a check
 puts a copy back or discards), then the index on a real store: commit and rollback are one write
 each and idempotent, a new master rebuilds what is unresolved from the log, the check puts copies
-back and discards after transactionCheckMax, and a replica relays only the put-back copies."""
+back, asks about each transaction once per run and discards after transactionCheckMax; an acting
+master checks without writing and keeps its resolutions, which the returning master records."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from brokers.transaction import (
     OP_TOPIC,
     PGROUP,
     TRANSACTION_ID,
-    CheckRelay,
+    CheckRun,
     Half,
     Resolution,
     Transactions,
@@ -81,12 +82,19 @@ def test_which_end_transaction_is_carried_out(known, done, topic, asked, want):
 
 
 @pytest.mark.parametrize(
-    "checks, now, want",
-    [(0, 1_500, None), (0, 7_000, "check"), (14, 7_000, "check"), (15, 7_000, "discard")],
+    "checks, now, acting, want",
+    [
+        (0, 1_500, False, None),
+        (0, 7_000, False, "check"),
+        (14, 7_000, False, "check"),
+        (15, 7_000, False, "discard"),
+        (14, 7_000, True, "check"),
+        (15, 7_000, True, None),  # an acting master cannot write the discard: its master will
+    ],
 )
-def test_a_check_waits_for_the_timeout_and_discards_after_the_maximum(checks, now, want):
+def test_a_check_waits_for_the_timeout_and_discards_after_the_maximum(checks, now, acting, want):
     half = Half(offset=3, topic="Pay", stored_ms=1_000, checks=checks)
-    assert check_action(half, now, timeout_ms=6_000, check_max=15) == want
+    assert check_action(half, now, timeout_ms=6_000, check_max=15, acting=acting) == want
 
 
 def run(coro):
@@ -140,17 +148,21 @@ def test_a_check_puts_copies_back_for_the_producers_and_discards_after_the_maxim
         store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20))
         await store.start()
         try:
-            relayed: list[tuple[str, Message]] = []
-            relay = CheckRelay(store, lambda group, half: relayed.append((group, half)) is None)
-            await relay.relay_new()  # starts at the log's end
             await store.put_messages([half_message(i) for i in range(2)])
             master = Transactions(store, timeout_ms=0, check_max=2)
-            assert await master.check_once() == (2, 0)
-            assert await relay.relay_new() == 2  # the copies, not the original half messages
-            assert {(g, h.properties[TRANSACTION_ID], check_times(h)) for g, h in relayed} == {("Pay", "m0", 1), ("Pay", "m1", 1)}
+            run = await master.check_once()
+            assert run.discarded == 0
+            assert sorted((h.properties[PGROUP], h.properties[TRANSACTION_ID], check_times(h)) for h in run.asked) == [
+                ("Pay", "m0", 1),
+                ("Pay", "m1", 1),
+            ]
+            copies = (await messages(store, HALF_TOPIC))[2:]
+            assert sorted((m.properties[TRANSACTION_ID], check_times(m)) for m in copies) == [("m0", 1), ("m1", 1)]
             await master.end("m0", "Pay", Resolution.COMMIT)  # the producer answered for m0
-            assert await master.check_once() == (1, 0)
-            assert await master.check_once() == (0, 1)  # m1: asked twice, no answer
+            run = await master.check_once()
+            assert [(h.properties[TRANSACTION_ID], check_times(h)) for h in run.asked] == [("m1", 2)]
+            run = await master.check_once()
+            assert (run.asked, run.discarded) == ((), 1)  # m1: asked twice, no answer
             discarded = await messages(store, DISCARD_TOPIC)
             assert [m.properties[TRANSACTION_ID] for m in discarded] == ["m1"]
             assert master.pending == {} and master.resolved["m1"] is Resolution.DISCARD
@@ -163,9 +175,9 @@ def test_a_check_puts_copies_back_for_the_producers_and_discards_after_the_maxim
 
 
 def test_an_acting_master_s_resolutions_survive_a_rebuild_of_its_index_and_escape_once(tmp_path):
-    """An acting slave's index is rebuilt from its log whenever it is marked stale (every relay step,
-    brokers/grpc/service.py): what it resolved by escape is in no log, and a retried commit must not
-    be sent to another master again."""
+    """An acting slave's index is rebuilt from its log whenever it is marked stale (when it starts or
+    stops acting, brokers/broker.py): what it resolved by escape is in no log, and a retried commit
+    must not be sent to another master again."""
 
     async def scenario():
         store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20))
@@ -179,7 +191,7 @@ def test_an_acting_master_s_resolutions_survive_a_rebuild_of_its_index_and_escap
                 return [None] * len(out)
 
             acting = Transactions(store, timeout_ms=6_000, check_max=15)
-            acting.escape = escape
+            acting.act(True, escape)
             await acting.end("m0", "Pay", Resolution.COMMIT)
             await acting.end("m1", "Pay", Resolution.ROLLBACK)
             acting.loaded = False  # marked stale: rebuilt at its next use
@@ -265,5 +277,71 @@ def test_a_resolution_written_but_not_acknowledged_is_never_written_again_by_thi
             again = Transactions(store, timeout_ms=6_000, check_max=15)  # a new master reads what was written
             await again.load()
             assert again.resolved == {"m0": Resolution.COMMIT, "m1": Resolution.ROLLBACK, "m2": Resolution.COMMIT}
+
+    run(scenario())
+
+
+def test_an_acting_master_asks_once_per_run_writes_nothing_and_leaves_the_discard_to_its_master(tmp_path):
+    async def scenario():
+        store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20))
+        await store.start()
+        try:
+            await store.put_messages([half_message(i) for i in range(2)])
+            before = store.max_offset
+            acting = Transactions(store, timeout_ms=0, check_max=2)
+            acting.act(True)
+            for times in (1, 2):
+                run = await acting.check_once()
+                assert sorted((h.properties[TRANSACTION_ID], check_times(h)) for h in run.asked) == [("m0", times), ("m1", times)]
+                acting.loaded = False  # a rebuild of the index keeps the count
+            await acting.end("m0", "Pay", Resolution.ROLLBACK)
+            assert await acting.check_once() == CheckRun((), 0)  # m1 asked twice: its master discards it
+            assert store.max_offset == before  # nothing written to the acting slave's log
+        finally:
+            await store.shutdown()
+
+    run(scenario())
+
+
+def test_an_acting_master_keeps_its_resolutions_and_the_returning_master_stores_them_before_it_checks(tmp_path):
+    """Without escape: the acting slave answers EndTransaction and keeps the resolution; its master,
+    back, takes them (request 10060) and writes each commit's message and op record once."""
+
+    async def scenario():
+        master_store = MessageStore(StoreConfig(tmp_path / "master", mapped_file_size_commit_log=1 << 20))
+        slave_store = MessageStore(StoreConfig(tmp_path / "slave", mapped_file_size_commit_log=1 << 20))
+        await master_store.start()
+        await slave_store.start()
+        try:
+            for store in (master_store, slave_store):  # the half messages replicated
+                await store.put_messages([half_message(i) for i in range(4)])
+            acting = Transactions(slave_store, timeout_ms=0, check_max=15)
+            acting.act(True)
+            await acting.end("m0", "Pay", Resolution.COMMIT)
+            await acting.end("m1", "Pay", Resolution.ROLLBACK)
+            await acting.end("m0", "Pay", Resolution.COMMIT)  # a retry: kept once
+            run = await acting.check_once()
+            assert sorted(h.properties[TRANSACTION_ID] for h in run.asked) == ["m2", "m3"]  # never a resolved one
+            assert await messages(slave_store, OP_TOPIC) == [] and await messages(slave_store, "Pay") == []
+            acting.act(False)  # handing back at pre-online stops it acting
+            resolutions, unsent = acting.handed_back()
+            assert resolutions == {"m0": Resolution.COMMIT, "m1": Resolution.ROLLBACK} and unsent == {"m0"}
+
+            master = Transactions(master_store, timeout_ms=0, check_max=15)
+            master.adopt(resolutions, unsent)
+            run = await master.check_once()  # loads first: what was handed back is recorded
+            assert sorted(h.properties[TRANSACTION_ID] for h in run.asked) == ["m2", "m3"]
+            assert [m.body for m in await master_store.get_messages("Pay", 0, 0, 10)] == [b"b0"]  # m0, once
+            assert await master_store.get_messages("Pay", 1, 0, 10) == []  # m1 rolled back
+            assert sorted(parse_op(m) for m in await messages(master_store, OP_TOPIC)) == [
+                ("m0", Resolution.COMMIT),
+                ("m1", Resolution.ROLLBACK),
+            ]
+            again = Transactions(master_store, timeout_ms=0, check_max=15)  # a later takeover reads it back
+            await again.load()
+            assert set(again.pending) == {"m2", "m3"}
+        finally:
+            await master_store.shutdown()
+            await slave_store.shutdown()
 
     run(scenario())
