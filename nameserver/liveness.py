@@ -75,6 +75,10 @@ def _keys() -> tuple[str, str, str]:
     return key("ns", "timeout"), key("ns", "deadline"), key("ns", "conn")
 
 
+def _beat_keys() -> tuple[str, ...]:
+    return *_keys(), HEARING.last_key, HEARING.expect_key
+
+
 def mark_registered(cluster_name: str, broker_addr: str, timeout_millis: int, now_ms: int | None = None) -> int:
     """Start (or refresh) liveness at registration; returns the clock reading it used, in ms."""
     t, d, _ = _keys()
@@ -98,7 +102,7 @@ def heartbeat(members: Sequence[str], now_ms: int | None = None) -> list[bool]:
     if not members:
         return []
     args = [x for m in members for x in (m, "")]
-    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 5, *_keys(), HEARING.last_key, HEARING.expect_key, clock_arg(now_ms), *args)]
+    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 5, *_beat_keys(), clock_arg(now_ms), *args)]
 
 
 async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None = None) -> list[bool]:
@@ -107,7 +111,7 @@ async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None =
     if not beats:
         return []
     args = [x for pair in beats for x in pair]
-    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 5, *_keys(), HEARING.last_key, HEARING.expect_key, clock_arg(now_ms), *args)]
+    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 5, *_beat_keys(), clock_arg(now_ms), *args)]
 
 
 def forget(members: Iterable[str]) -> None:

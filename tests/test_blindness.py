@@ -4,11 +4,11 @@ properties. Times are ms on the control plane's clock; unless a case says otherw
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from dataclasses import dataclass
 
 from controlplane.blindness import (
     Span,
@@ -160,7 +160,12 @@ class Broker:
 def mixed(**fast_master) -> list[Broker]:
     """20 sets of 3 declaring 90 s and beating every 30 s, and one set beating every second (3 s)."""
     slow = [Broker(f"slow-{i}", 30_000, 90_000, phase=(i * 487) % 30_000) for i in range(60)]
-    return [*slow, Broker("fast-master", 1_000, 3_000, **fast_master), Broker("fast-1", 1_000, 3_000, 300), Broker("fast-2", 1_000, 3_000, 600)]
+    fast = [
+        Broker("fast-master", 1_000, 3_000, **fast_master),
+        Broker("fast-1", 1_000, 3_000, 300),
+        Broker("fast-2", 1_000, 3_000, 600),
+    ]
+    return [*slow, *fast]
 
 
 def dead_at(brokers, until, *, web_down=(), heard_down=(), now_from=0):
@@ -171,7 +176,12 @@ def dead_at(brokers, until, *, web_down=(), heard_down=(), now_from=0):
     recorded, look, web = [], None, None
     out = {}
     events = sorted(
-        [(t, 0, i, "beat") for i, b in enumerate(brokers) for t in range(b.phase, until, b.interval) if b.stops is None or t < b.stops]
+        [
+            (t, 0, i, "beat")
+            for i, b in enumerate(brokers)
+            for t in range(b.phase, until, b.interval)
+            if b.stops is None or t < b.stops
+        ]
         + [(t, 1, 0, "web") for t in range(0, until, 250)]
         + [(t, 2, 0, "look") for t in range(500, until, 500)]
     )
