@@ -27,7 +27,7 @@ from django.conf import settings
 
 from . import blindness
 from .blindness import Span
-from .redis import LUA_NOW_MS_OR_ARGV1, async_client, clock_arg, key, sync_client
+from .redis import LUA_NOW_MS_OR_ARGV1, Script, async_client, clock_arg, key, sync_client
 
 
 def _setting(name: str, default: int) -> int:
@@ -54,28 +54,32 @@ local function heard(last_key, expect_key, m, timeout)
 end
 """
 
-# A Lua fragment (after LUA_NOW_MS_OR_ARGV1, with ``out`` = {now}): appends one read of a record.
+# A Lua fragment (after LUA_NOW_MS_OR_ARGV1, with a table ``out``): appends one read of a record.
 # KEYS[1..3]: expect zset, record hash, web stamp. ARGV[2]: stale ms. Appends {since, look, spans,
-# brokers due recently, the horizon's expectation, web stamp}: out[2..7].
+# brokers due recently, the horizon's expectation, web stamp}; with ``now`` before them, the
+# READ_FIELDS values Record.reading takes.
 # The horizon (blindness.horizon: the ceil(k/2)-th latest of the k recent expectations) is read by its
 # rank, one element: an election reads the hearing, and reading every broker's stamp made the
 # election path linear in the brokers known (bench/elections.py, 1,000 sets: 4x slower, issue 34).
 # The k recent ones are the k highest scores, so the rank is taken over the whole set.
 LUA_READ_HEARING = """
 local r = redis.call('HMGET', KEYS[2], 'since', 'look', 'spans')
-out[2], out[3], out[4] = r[1] or '', r[2] or '', r[3] or ''
+out[#out + 1] = r[1] or ''
+out[#out + 1] = r[2] or ''
+out[#out + 1] = r[3] or ''
 local known = redis.call('ZCOUNT', KEYS[1], now - tonumber(ARGV[2]), '+inf')
-out[5] = known
-out[6] = ''
+out[#out + 1] = known
+local at = ''
 if known > 0 then
   local rank = math.floor((known + 1) / 2) - 1
-  out[6] = redis.call('ZREVRANGE', KEYS[1], rank, rank, 'WITHSCORES')[2]
+  at = redis.call('ZREVRANGE', KEYS[1], rank, rank, 'WITHSCORES')[2]
 end
-out[7] = redis.call('GET', KEYS[3]) or ''
+out[#out + 1] = at
+out[#out + 1] = redis.call('GET', KEYS[3]) or ''
 """
 READ_FIELDS = 7  # what LUA_READ_HEARING leaves in ``out``, now included
 
-_READ = LUA_NOW_MS_OR_ARGV1 + "local out = {now}" + LUA_READ_HEARING + "return out"
+_READ = Script(LUA_NOW_MS_OR_ARGV1 + "local out = {now}" + LUA_READ_HEARING + "return out")
 
 # KEYS: web stamp. ARGV: clock.
 _STAMP_WEB = LUA_NOW_MS_OR_ARGV1 + "redis.call('SET', KEYS[1], now) return now"
@@ -160,11 +164,11 @@ class Record:
         return [self.expect_key, self.record_key, web_key(), clock_arg(now_ms), stale]
 
     def _read(self, client, now_ms: int | None) -> _Reading:
-        return self.reading(client.eval(_READ, 3, *self.keys_and_args(now_ms)))
+        return self.reading(_READ(client, 3, *self.keys_and_args(now_ms)))
 
     @staticmethod
     def reading(reply) -> _Reading:
-        """A reply's first READ_FIELDS values, as LUA_READ_HEARING left them."""
+        """``now`` and the values LUA_READ_HEARING appended after it (READ_FIELDS in all)."""
         spans = reply[3]
         return _Reading(
             now=int(reply[0]),
@@ -181,7 +185,7 @@ class Record:
         return self._read(sync_client(), now_ms).view()
 
     def view_of(self, reply) -> View:
-        """The hearing a script's reply carries (its first READ_FIELDS values)."""
+        """The hearing a script's reply carries: ``now``, then what LUA_READ_HEARING appended."""
         return self.reading(reply).view()
 
     def look(self, now_ms: int | None = None) -> View:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 import weakref
 
@@ -86,3 +87,25 @@ def acquire_slot(slot_key: str, interval_millis: int) -> bool:
     holds it: at most one run per interval across every beat and worker."""
     px = min(MAX_SLOT_MILLIS, max(1, interval_millis - 50))
     return bool(sync_client().set(slot_key, "1", nx=True, px=px))
+
+
+class Script:
+    """A Lua script run by its SHA (EVALSHA): the hot paths (heartbeats, an election's read) do not
+    send and hash the body at every call. Redis loads it from the body on first use, and again after
+    a restart (NOSCRIPT)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    def __call__(self, client, numkeys: int, *args):
+        try:
+            return client.evalsha(self.sha, numkeys, *args)
+        except redis.exceptions.NoScriptError:
+            return client.eval(self.text, numkeys, *args)
+
+    async def run_async(self, client, numkeys: int, *args):
+        try:
+            return await client.evalsha(self.sha, numkeys, *args)
+        except redis.exceptions.NoScriptError:
+            return await client.eval(self.text, numkeys, *args)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from controlplane.hearing import LUA_HEARD, Record, View
-from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
+from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, Script, async_client, clock_arg, key, sync_client
 from controlplane.redis import acquire_slot as redis_slot
 
 # ARGV[1] of every script is the clock ('' for Redis's, see LUA_NOW_MS_OR_ARGV1).
@@ -25,7 +25,7 @@ HEARING = Record("ns")
 # KEYS: timeout hash, deadline zset, conn hash, last zset, expect zset. ARGV: clock, member, channel, ...
 # Refreshes each registered member and, when a channel is given, binds the member to that websocket.
 # Returns 1/0 per member (0: not registered; nothing is bound then).
-_HEARTBEAT = (
+_HEARTBEAT = Script(
     LUA_NOW_MS_OR_ARGV1
     + LUA_HEARD
     + """
@@ -102,7 +102,7 @@ def heartbeat(members: Sequence[str], now_ms: int | None = None) -> list[bool]:
     if not members:
         return []
     args = [x for m in members for x in (m, "")]
-    return [bool(x) for x in sync_client().eval(_HEARTBEAT, 5, *_beat_keys(), clock_arg(now_ms), *args)]
+    return [bool(x) for x in _HEARTBEAT(sync_client(), 5, *_beat_keys(), clock_arg(now_ms), *args)]
 
 
 async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None = None) -> list[bool]:
@@ -111,7 +111,7 @@ async def heartbeat_async(beats: Sequence[tuple[str, str]], now_ms: int | None =
     if not beats:
         return []
     args = [x for pair in beats for x in pair]
-    return [bool(x) for x in await async_client().eval(_HEARTBEAT, 5, *_beat_keys(), clock_arg(now_ms), *args)]
+    return [bool(x) for x in await _HEARTBEAT.run_async(async_client(), 5, *_beat_keys(), clock_arg(now_ms), *args)]
 
 
 def forget(members: Iterable[str]) -> None:

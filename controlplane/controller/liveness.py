@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from controlplane.hearing import LUA_HEARD, LUA_READ_HEARING, READ_FIELDS, Record, View
-from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, async_client, clock_arg, key, sync_client
+from controlplane.redis import LUA_NOW_MS_OR_ARGV1, LUA_RELEASE_IF_BOUND, Script, async_client, clock_arg, key, sync_client
 from controlplane.redis import acquire_slot as redis_slot
 
 from .core.state import INT_MAX, LiveInfo
@@ -30,7 +30,7 @@ HEARING = Record("ctl")
 # member, addr, epoch, maxOffset, confirmOffset, priority, timeout, channel ('' = do not bind).
 # (epoch, maxOffset, confirmOffset) only move forward: a larger epoch, or the same epoch with a
 # larger maxOffset (a truncated replica keeps its old, higher maxOffset until its epoch grows).
-_HEARTBEAT = (
+_HEARTBEAT = Script(
     LUA_NOW_MS_OR_ARGV1
     + LUA_HEARD
     + """
@@ -53,17 +53,29 @@ return now
 )
 
 # KEYS: the hearing record's (Record.keys_and_args). ARGV: clock, stale ms, hash key prefix, members.
-# Returns {the hearing (READ_FIELDS values, now first), fields of member 1, fields of member 2, ...}:
-# an election reads its replicas and the hearing it judges them by in one round trip.
-_READ = (
+# Returns {now, 1 or 0, [the hearing: READ_FIELDS - 1 values, when 1], fields of member 1, ...}.
+# The hearing only ever keeps a broker alive that is past its timeout (blind time is not counted), so
+# it is read only when a member is: an election among live replicas reads none of it (issue 34: the
+# guard must cost the election path nothing), and one that judges a silent master reads it in the
+# same round trip.
+_READ = Script(
     LUA_NOW_MS_OR_ARGV1
-    + "local out = {now}"
+    + """
+local fields, silent = {}, false
+for i = 4, #ARGV do
+  local f = redis.call('HMGET', ARGV[3] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
+                       'priority', 'timeout', 'last')
+  fields[#fields + 1] = f
+  if f[7] and now - tonumber(f[7]) > tonumber(f[6]) then silent = true end
+end
+local out = {now, 0}
+if silent then
+  out[2] = 1
+"""
     + LUA_READ_HEARING
     + """
-for i = 4, #ARGV do
-  out[#out + 1] = redis.call('HMGET', ARGV[3] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
-                             'priority', 'timeout', 'last')
 end
+for _, f in ipairs(fields) do out[#out + 1] = f end
 return out
 """
 )
@@ -128,17 +140,22 @@ def _args(beats: Sequence[tuple[Beat, str]], now_ms: int | None) -> list:
 
 def heartbeat(beat: Beat, now_ms: int | None = None) -> int:
     """Stamp one heartbeat; returns the clock reading it used, in ms."""
-    return int(sync_client().eval(_HEARTBEAT, 4, *_beat_keys(), *_args([(beat, "")], now_ms)))
+    return int(_HEARTBEAT(sync_client(), 4, *_beat_keys(), *_args([(beat, "")], now_ms)))
 
 
 async def heartbeat_async(beats: Sequence[tuple[Beat, str]], now_ms: int | None = None) -> None:
     """Several heartbeats in one round trip; a non-empty channel binds the broker to that websocket."""
     if beats:
-        await async_client().eval(_HEARTBEAT, 4, *_beat_keys(), *_args(beats, now_ms))
+        await _HEARTBEAT.run_async(async_client(), 4, *_beat_keys(), *_args(beats, now_ms))
 
 
-def _read(members: list[str], now_ms: int | None) -> list:
-    return sync_client().eval(_READ, 3, *HEARING.keys_and_args(now_ms), _prefix(), *members)
+def _read(members: list[str], now_ms: int | None) -> tuple[tuple[int, View | None], list]:
+    """((now, the hearing or None when no member is past its timeout), each member's fields)."""
+    reply = _READ(sync_client(), 3, *HEARING.keys_and_args(now_ms), _prefix(), *members)
+    now = int(reply[0])
+    if int(reply[1]):
+        return (now, HEARING.view_of([now, *reply[2 : READ_FIELDS + 1]])), reply[READ_FIELDS + 1 :]
+    return (now, None), reply[2:]
 
 
 def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int], now_ms: int | None = None) -> dict[int, LiveInfo]:
@@ -146,9 +163,8 @@ def live_infos(cluster_name: str, broker_name: str, broker_ids: Iterable[int], n
     ids = sorted(set(broker_ids))
     if not ids:
         return {}
-    reply = _read([member(cluster_name, broker_name, i) for i in ids], now_ms)
-    hearing = HEARING.view_of(reply)
-    return {broker_id: _live_info(broker_id, fields, hearing) for broker_id, fields in zip(ids, reply[READ_FIELDS:], strict=True)}
+    hearing, fields = _read([member(cluster_name, broker_name, i) for i in ids], now_ms)
+    return {broker_id: _live_info(broker_id, f, *hearing) for broker_id, f in zip(ids, fields, strict=True)}
 
 
 def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]], now_ms: int | None = None) -> dict[str, dict[int, LiveInfo]]:
@@ -158,22 +174,24 @@ def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]], now_ms: int 
     out: dict[str, dict[int, LiveInfo]] = {name: {} for _, name, _ in wanted}
     if not members:
         return out
-    reply = _read(members, now_ms)
-    hearing, fields = HEARING.view_of(reply), iter(reply[READ_FIELDS:])
+    hearing, replies = _read(members, now_ms)
+    fields = iter(replies)
     for _, name, ids in wanted:
         for broker_id in ids:
-            out[name][broker_id] = _live_info(broker_id, next(fields), hearing)
+            out[name][broker_id] = _live_info(broker_id, next(fields), *hearing)
     return out
 
 
-def _live_info(broker_id: int, fields, hearing: View) -> LiveInfo:
+def _live_info(broker_id: int, fields, now: int, hearing: View | None) -> LiveInfo:
+    """``hearing``: None when no member read with this one was past its timeout (it is not read then)."""
     addr, epoch, max_offset, confirm, priority, timeout, last = fields
     if last is None:
         return LiveInfo(broker_id, alive=False)
+    within = now - int(last) <= int(timeout)
     return LiveInfo(
         broker_id,
-        alive=not hearing.silent_past(int(last), int(timeout)),
-        within_timeout=hearing.now - int(last) <= int(timeout),
+        alive=within or (hearing is not None and not hearing.silent_past(int(last), int(timeout))),
+        within_timeout=within,
         epoch=int(epoch),
         max_offset=int(max_offset),
         confirm_offset=int(confirm),

@@ -174,3 +174,17 @@ def test_in_a_cluster_of_30_s_beaters_a_25_s_web_outage_deposes_nobody_and_a_mas
     assert not liveness.hearing(t).blind_now
     assert elections() == [("g1", 1, 1), ("g2", 1, 1), ("g1", 2, 3)]  # one election, epoch 2
     assert ReplicaGroup.objects.get(broker_name="g2").master_epoch == 1
+
+
+def test_an_election_among_live_replicas_reads_no_hearing_and_one_judging_a_silent_master_does(cluster):
+    """The read an election makes carries the hearing only when a replica is past its timeout (issue
+    34: the guard costs an election among live replicas nothing), and a Redis that lost its scripts
+    (a restart) loads them again."""
+    seconds, micros = sync_client().time()
+    now = seconds * 1000 + micros // 1000  # the fixture's last beats were on Redis's clock
+    members = [liveness.member("c1", "g1", i) for i in (1, 2, 3)]
+    (at, hearing), fields = liveness._read(members, now)
+    assert at == now and hearing is None and len(fields) == 3
+    sync_client().script_flush()
+    (at, hearing), _ = liveness._read(members, now + TIMEOUT + 1_000)  # everyone past 10 s
+    assert hearing is not None and hearing.now == at
