@@ -55,7 +55,7 @@ class BrokerNode:
         self.ports = BrokerPorts.reserve()
         self.listen_port, self.ha_port, self.grpc_port = self.ports.listen, self.ports.ha, self.ports.grpc
         self.conf = self.root / "broker.conf"
-        log = run_dir / "logs" / f"broker-{self.name}.log"
+        self.log = log = run_dir / "logs" / f"broker-{self.name}.log"
         name = f"broker-{self.name}"
         if host is not None:
             self.process = host.process(name, broker_argv(self.conf), watch_broker_log(log), env)

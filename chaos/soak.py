@@ -296,10 +296,15 @@ class DiskFull(SoakFault):
     def _target(self, master):
         return self.soak.rng.choice(self.h.nodes)
 
+    # What a master whose store failed logs as it steps down, and once it is back (brokers/control/replicas.py).
+    STEPPING_DOWN = b"the store stopped taking writes: stepping down"
+    BACK = b"back after the store failure as "
+
     def inject(self) -> None:
         master = self._master()
         node = self._target(master)
         self._begin(node, master)
+        self.log_from = node.log.stat().st_size if node.log.exists() else 0
         self.ballast = self.soak.tmpfs[node.name] / "ballast"
         filled = fill(self.ballast)
         self.h.note(f"{node.name}'s store filled ({filled >> 20} MiB of ballast)")
@@ -308,10 +313,19 @@ class DiskFull(SoakFault):
         """A full master acknowledges nothing until the heal: recovery is only looked for afterwards."""
         time.sleep(self.hold_s)
 
+    def _logged(self, what: bytes) -> bool:
+        with open(self.target.log, "rb") as f:
+            f.seek(self.log_from)
+            return what in f.read()
+
     def mend(self) -> None:
         node = self.target
         self.ballast.unlink(missing_ok=True)
         self.h.note(f"ballast removed from {node.name}'s store")
+        if self._logged(self.STEPPING_DOWN):
+            # A master that stepped down is mended once it is back (its election, delayed while the
+            # control plane could not hear, belongs to this fault, not to the next one).
+            wait_until(lambda: self._logged(self.BACK), WHOLE_TIMEOUT_S, f"{node.name} back after stepping down")
         wait_until(lambda: self.h.rejoined_as_slave(node) or self.h.master_node() is node, WHOLE_TIMEOUT_S, f"{node.name} back")
 
 
