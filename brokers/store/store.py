@@ -127,6 +127,9 @@ class MessageStore:
         # a broker watching it steps down as master instead of refusing every send in place.
         self.failed = asyncio.Event()
         self._undecodable_at: int | None = None  # a replicated position whose bytes are no record (logged once)
+        # Set once a cut has changed the log files, cleared once ``recover`` has rebuilt what derives
+        # from them: while set, the consume queues and the dispatch position describe cut bytes.
+        self._rebuild_owed = False
 
     @property
     def writable(self) -> bool:
@@ -147,13 +150,14 @@ class MessageStore:
             log.warning("checkpoint %s is unreadable; the confirm offset restarts at the min offset", self.checkpoint_path)
             return 0
 
-    def recover(self) -> RecoveryReport:
+    def recover(self, confirm: int | None = None) -> RecoveryReport:
         """Blocking: cut the torn tail of the commit log and rebuild the consume queues from it;
-        entries of records beyond the checkpointed confirm offset are parked, not published
-        (reference §2.6: recovery dispatches only up to the confirm offset, clamped into the log)."""
+        entries of records beyond the checkpointed confirm offset (or ``confirm``, when given) are
+        parked, not published (reference §2.6: recovery dispatches only up to the confirm offset,
+        clamped into the log)."""
         self.consume_queues.reset()
         self._parked.clear()
-        saved = self._load_confirm_offset()
+        saved = self._load_confirm_offset() if confirm is None else confirm
         limit = None if self.follow_max or saved is None else saved
 
         def dispatch(offset: int, size: int, msg: Message) -> None:
@@ -170,7 +174,20 @@ class MessageStore:
             cq.write_pending()
         self.consume_queues.flush()
         self._reput_offset, self._reput_carry = end, b""
+        self._rebuild_owed = False
         return self.recovery
+
+    def _rebuild_after_cut(self, confirm: int) -> RecoveryReport:
+        """Blocking, once a cut changed the log files: checkpoint ``confirm`` and rebuild. The rebuild
+        runs even when the checkpoint cannot be written (a full disk, soak seed 31337: the dispatch
+        position stayed past the cut, and every later entry pointed at other bytes); a rebuild that
+        fails itself stays owed (``drop_unwritten`` does it)."""
+        self._rebuild_owed = True
+        try:
+            self._write_checkpoint(confirm)
+        finally:
+            report = self.recover(confirm)
+        return report
 
     def _dispatch_record(self, offset: int, size: int, msg: Message, publish: bool) -> None:
         """One record read back from the log (recovery, replication) into its consume queue, at the
@@ -506,6 +523,8 @@ class MessageStore:
         """Append byte ranges copied from the master, ``(offset, bytes)`` each, contiguous from the
         end of this log, in one write job; the whole records among them get consume-queue entries,
         published up to the confirm offset."""
+        if self._rebuild_owed:  # a failed cut's rebuild: the next session's drop_unwritten does it
+            raise OSError("the consume queues were not rebuilt after the last cut")
         writes: Writes = []
         for offset, data in chunks:
             if data:
@@ -591,8 +610,7 @@ class MessageStore:
         def cut_log() -> RecoveryReport:
             if offset < self.commit_log.max_offset:
                 self.commit_log.truncate(max(offset, self.commit_log.min_offset))
-            self._write_checkpoint(min(self.confirm_offset, self.commit_log.max_offset))
-            return self.recover()
+            return self._rebuild_after_cut(min(self.confirm_offset, self.commit_log.max_offset))
 
         try:
             return await self._in_io(cut_log)
@@ -609,8 +627,12 @@ class MessageStore:
         log ends where its written bytes end, or the next session's first transfer could never be
         placed. Such bytes were never acknowledged (a slave reports its written offset; a master
         answers a send after its write). Waits for the writes queued first; returns the bytes
-        dropped. A new HA session, a takeover and a repair call this first."""
+        dropped. A new HA session, a takeover and a repair call this first; each also finishes a
+        rebuild an earlier cut owes."""
         await self.settled()
+        if self._rebuild_owed:
+            log.warning("rebuilding the consume queues that the last cut could not rebuild")
+            await self._in_io(self._rebuild_after_cut, min(self.confirm_offset, self.commit_log.max_offset))
         placed, written = self.commit_log.max_offset, self.max_offset
         if placed <= written:
             return 0
@@ -645,8 +667,7 @@ class MessageStore:
 
         def clear() -> RecoveryReport:
             self.commit_log.clear(offset - offset % self.config.mapped_file_size_commit_log)
-            self._write_checkpoint(self.commit_log.max_offset)
-            return self.recover()
+            return self._rebuild_after_cut(self.commit_log.max_offset)
 
         try:
             return await self._in_io(clear)
