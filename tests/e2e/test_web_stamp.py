@@ -39,10 +39,11 @@ def test_a_serving_web_tier_stamps_and_a_stopped_one_makes_the_control_plane_bli
         time.sleep(1.0)
         assert stamp() > first and redis_now() - stamp() < 1_000  # four times a second
         assert not liveness.hearing().blind_now
-        last = stamp()
-    # Stopped: nothing stamps any more; past the web grace the control plane takes itself for blind.
+    # Stopped (the server has exited): nothing stamps any more; past the web grace the control plane
+    # takes itself for blind.
+    last = stamp()
     time.sleep((blindness.DEFAULT_WEB_GRACE_MILLIS + 2_000) / 1000)
-    assert stamp() == last or stamp() - last < blindness.WEB_STAMP_MILLIS  # a stamp in flight at the stop
+    assert stamp() == last
     view = liveness.hearing()
     assert view.blind_now and view.blind[-1].start <= stamp() + blindness.DEFAULT_WEB_GRACE_MILLIS
     # A broker last heard just before the stop, whose 1.5 s timeout passed while nobody could reach
