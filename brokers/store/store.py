@@ -177,11 +177,13 @@ class MessageStore:
         self._rebuild_owed = False
         return self.recovery
 
-    def _rebuild_after_cut(self, confirm: int) -> RecoveryReport:
+    def _rebuild_after_cut(self, confirm: int | None = None) -> RecoveryReport:
         """Blocking, once a cut changed the log files: checkpoint ``confirm`` and rebuild. The rebuild
         runs even when the checkpoint cannot be written (a full disk, soak seed 31337: the dispatch
         position stayed past the cut, and every later entry pointed at other bytes); a rebuild that
         fails itself stays owed (``drop_unwritten`` does it)."""
+        if confirm is None:  # the confirm offset, clamped into the log as it is after the cut
+            confirm = min(self.confirm_offset, self.commit_log.max_offset)
         self._rebuild_owed = True
         try:
             self._write_checkpoint(confirm)
@@ -610,7 +612,7 @@ class MessageStore:
         def cut_log() -> RecoveryReport:
             if offset < self.commit_log.max_offset:
                 self.commit_log.truncate(max(offset, self.commit_log.min_offset))
-            return self._rebuild_after_cut(min(self.confirm_offset, self.commit_log.max_offset))
+            return self._rebuild_after_cut()
 
         try:
             return await self._in_io(cut_log)
@@ -632,7 +634,7 @@ class MessageStore:
         await self.settled()
         if self._rebuild_owed:
             log.warning("rebuilding the consume queues that the last cut could not rebuild")
-            await self._in_io(self._rebuild_after_cut, min(self.confirm_offset, self.commit_log.max_offset))
+            await self._in_io(self._rebuild_after_cut)
         placed, written = self.commit_log.max_offset, self.max_offset
         if placed <= written:
             return 0
