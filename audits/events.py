@@ -1,7 +1,7 @@
 """A broker's batch of consumer-offset commits (docs/websocket.md ``offset_events``, docs/api.md): the
 checks, shared by REST and the websocket, and the batch as rows of the event store.
 
-Checked with the pure rules of ``controlplane.validation``, like the heartbeat's water levels: a
+Checked with the pure rules of ``mqrules.validation``, like the heartbeat's water levels: a
 broker sends a batch every second, and DRF serializers cost ~100x more per event. Errors are
 ``validation.Invalid`` with DRF-shaped field errors, e.g. ``{"events": {"3": {"offset": ["must be ..."]}}}``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from controlplane import validation as v
+from mqrules import validation as v
 from nameserver.core.water_levels import BrokerRole
 from spark_jobs.schema import Source
 

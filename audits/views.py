@@ -14,11 +14,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane import validation as v
 from controlplane.auth import HasReadAccess, IsAdmin, IsBroker, TokenPrincipal, caller_of, is_operator, who
 from controlplane.errors import ApiError, ResponseCode
 from controlplane.openapi import AUTH, BODY, errors
 from controlplane.validation_drf import checked_param, pattern_field, query_integer_field
+from mqrules import validation as v
 from spark_jobs.schema import Cause
 
 from . import selectors, services

@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from controlplane import validation  # pure, standard library only
-from controlplane.codes import ResponseCode
+from mqrules import validation
+from mqrules.codes import ResponseCode
 
 from .config import (
     DYNAMIC_KEYS,

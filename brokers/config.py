@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from controlplane import validation  # pure, standard library only: the control plane's own name rule
-from controlplane.keyed_config import BROKER_SECRET_KEYS  # pure: the keys never reported
+from mqrules import validation
+from mqrules.keyed_config import BROKER_SECRET_KEYS
 
 from .delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from .store.files import write_text_atomically

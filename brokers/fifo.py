@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from zlib import crc32
 
-from controlplane.topic_attributes import TopicMessageType  # pure, standard library only
+from mqrules.topic_attributes import TopicMessageType
 
 from .pop import QueueState
 

@@ -27,8 +27,8 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from controlplane.topic_attributes import parse_attributes  # pure, standard library only
-from controlplane.validation import Invalid
+from mqrules.topic_attributes import parse_attributes
+from mqrules.validation import Invalid
 
 from .pop import PopState, wire_nonce, wire_offset
 from .store.offsets import ConsumerOffsets, DataVersion

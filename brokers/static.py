@@ -5,7 +5,7 @@ The control plane pushes a mapping whenever it changes, and every registration a
 mappings naming this broker set (a lost push only delays). Each one adopted is persisted
 (``config/staticTopics.json``, as RocketMQ keeps ``topicQueueMapping.json``) before anything acts on it,
 so a restarted broker never takes a static topic for a plain one, nor writes a segment it sealed. The
-rules are controlplane/logical_queues.py's.
+rules are mqrules/logical_queues.py's.
 
 - **Writes** of logical queue *L* go to the physical queue of *L*'s writable segment, on the broker
   set that holds it; a broker set that does not hold it hands the send on (brokers/grpc/logical.py).
@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from controlplane.logical_queues import LogicalQueue, Segment, TopicMapping  # pure, standard library only
+from mqrules.logical_queues import LogicalQueue, Segment, TopicMapping
 
 from .store.files import write_json_atomically
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from controlplane.topic_attributes import TopicMessageType, message_type_of, parse_attributes  # pure, standard library only
+from mqrules.topic_attributes import TopicMessageType, message_type_of, parse_attributes
 
 from .store.files import write_json_atomically
 from .store.offsets import DataVersion

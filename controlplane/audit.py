@@ -17,12 +17,13 @@ from django.db import transaction
 from django.http import JsonResponse
 from django.urls import Resolver404, resolve
 
-from . import validation
+from mqrules import validation
+from mqrules.codes import ResponseCode
+from mqrules.validation import escaped
+
 from .auth import TokenPrincipal, bearer_token, is_operator, principal_for
-from .codes import ResponseCode
 from .errors import error_body
 from .models import OperatorAction
-from .validation import escaped
 
 log = logging.getLogger(__name__)
 

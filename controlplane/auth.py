@@ -18,7 +18,8 @@ from threading import Lock
 
 from rest_framework import authentication, exceptions, permissions, status
 
-from .codes import ResponseCode
+from mqrules.codes import ResponseCode
+
 from .errors import ApiError
 from .models import ApiToken, TokenScope, hash_token
 

@@ -16,11 +16,12 @@ import json
 import time
 import uuid
 
+from mqrules.codes import ResponseCode
+from mqrules.validation import Invalid
+
 from . import ws
-from .codes import ResponseCode
 from .push import send_frames
 from .redis import async_client, key, sync_client
-from .validation import Invalid
 
 REPLY_TTL_MILLIS = 60_000  # an answer nobody collects (its asker timed out) is gone after this
 BLPOP_SLICE_S = 2  # under the sync client's socket timeout (5 s): a long wait is several pops

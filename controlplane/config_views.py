@@ -12,10 +12,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.auth import IsAdmin, caller_of
-from controlplane.codes import ResponseCode
 from controlplane.errors import ApiError
-from controlplane.keyed_config import ConfigError, ConfigSchema, Value
 from controlplane.openapi import AUTH, BODY, config_schema, errors
+from mqrules.codes import ResponseCode
+from mqrules.keyed_config import ConfigError, ConfigSchema, Value
 
 
 class ConfigUpdateSerializer(serializers.Serializer):

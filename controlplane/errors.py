@@ -17,8 +17,8 @@ from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from controlplane.codes import ResponseCode
-from controlplane.validation import NON_FIELD, Invalid, escaped
+from mqrules.codes import ResponseCode
+from mqrules.validation import NON_FIELD, Invalid, escaped
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def _flatten(detail) -> str:
 
 
 def exception_handler(exc, context) -> Response:
-    if isinstance(exc, Invalid):  # a pure check's refusal (controlplane.validation), as DRF's own
+    if isinstance(exc, Invalid):  # a pure check's refusal (mqrules.validation), as DRF's own
         exc = exceptions.ValidationError(exc.fields)
     if isinstance(exc, ApiError):
         return Response(error_body(exc.rocketmq_code, str(exc.detail), **exc.extra), status=exc.status_code)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from drf_spectacular.utils import OpenApiResponse, extend_schema_serializer
 from rest_framework import serializers
 
-from controlplane.keyed_config import Value
+from mqrules.keyed_config import Value
 
 
 @extend_schema_serializer(component_name="Error")
@@ -19,7 +19,7 @@ class ErrorSerializer(serializers.Serializer):
     """``controlplane.errors.error_body``; a refusal that carries state (a controller transition, a
     stale registration, a busy audit) adds it beside these keys."""
 
-    code = serializers.IntegerField(help_text="RocketMQ response code (controlplane/codes.py)")
+    code = serializers.IntegerField(help_text="RocketMQ response code (mqrules/codes.py)")
     name = serializers.CharField(help_text="the code's name, e.g. INVALID_PARAMETER")
     detail = serializers.CharField()
     fields = serializers.DictField(required=False, help_text="400: each refused field and why")
@@ -54,7 +54,7 @@ _JSON_TYPES = {bool: "boolean", int: "integer", str: "string"}
 
 
 def config_schema(defaults: Mapping[str, Value]) -> dict:
-    """A keyed config (``controlplane.keyed_config``) as GET and PATCH answer it: every key, typed as
+    """A keyed config (``mqrules.keyed_config``) as GET and PATCH answer it: every key, typed as
     its default is."""
     return {
         "type": "object",

@@ -1,4 +1,4 @@
-"""DRF's side of ``controlplane.validation``: the request body parser, serializer fields and parameters
+"""DRF's side of ``mqrules.validation``: the request body parser, serializer fields and parameters
 that run its checks, and its ``Invalid`` as a DRF ``ValidationError``. No rule lives here.
 
 Every field of a request serializer is one of these: a string field takes a JSON string and nothing
@@ -19,8 +19,8 @@ from drf_spectacular.utils import OpenApiParameter
 from rest_framework import parsers, serializers
 from rest_framework.fields import ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator
 
-from controlplane import validation as v
 from controlplane.errors import PayloadTooLarge, too_large_detail
+from mqrules import validation as v
 
 T = TypeVar("T")
 

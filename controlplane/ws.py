@@ -38,9 +38,9 @@ from django.conf import settings
 from rest_framework.exceptions import ValidationError
 
 from controlplane.auth import Caller, TokenPrincipal, bearer_token, principal_for
-from controlplane.codes import CLOSE_BROKER_RECONNECTING
 from controlplane.errors import ApiError, ResponseCode, error_body
-from controlplane.validation import LONG_MAX, Invalid, RefusedValues, parse_json
+from mqrules.codes import CLOSE_BROKER_RECONNECTING
+from mqrules.validation import LONG_MAX, Invalid, RefusedValues, parse_json
 
 log = logging.getLogger(__name__)
 

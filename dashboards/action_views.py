@@ -11,9 +11,9 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_GET, require_POST
 
-from controlplane import validation as v
 from controlplane.operations import broker_admin, drill
 from controlplane.operations.refused import Refused
+from mqrules import validation as v
 
 from . import actions, topic_admin
 from .permissions import is_operator

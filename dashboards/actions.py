@@ -10,13 +10,13 @@ import functools
 from django.db import transaction
 
 from controlplane import audit
-from controlplane.codes import ResponseCode
 from controlplane.controller import selectors as ctl
 from controlplane.controller import services
 from controlplane.controller.core import rules
 from controlplane.controller.core.preview import ElectionPreview
 from controlplane.controller.core.state import Trigger
 from controlplane.operations import isolation
+from mqrules.codes import ResponseCode
 from nameserver import services as ns_services
 from nameserver import static_topics, wire
 from nameserver.serializers import MigrationSerializer

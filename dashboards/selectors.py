@@ -15,7 +15,7 @@ from controlplane.controller.models import ReplicaGroup, Transition
 from controlplane.isolation import isolated_addrs
 from controlplane.operations import drill
 from controlplane.operations import headroom as operations_headroom
-from controlplane.topic_attributes import message_type_of
+from mqrules.topic_attributes import message_type_of
 from nameserver import broker_status, static_topics, water_levels, wire
 from nameserver import selectors as ns
 from nameserver.models import BrokerGroup, TopicQueue

@@ -8,8 +8,8 @@ messages and the consumer groups reading them. An applied change is audited in i
 from __future__ import annotations
 
 from controlplane import audit
-from controlplane import validation as v
-from controlplane.topic_attributes import MESSAGE_TYPE
+from mqrules import validation as v
+from mqrules.topic_attributes import MESSAGE_TYPE
 from nameserver import services as ns_services
 from nameserver.core.perm import Perm
 from nameserver.serializers import TopicUpdateSerializer

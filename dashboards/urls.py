@@ -1,12 +1,12 @@
 from django.urls import path, register_converter
 
-from controlplane import validation
+from mqrules import validation
 
 from . import action_views, views
 
 
 class BrokerNameConverter:
-    """A broker set's name as every API takes it (controlplane.validation): anything else in the path
+    """A broker set's name as every API takes it (mqrules.validation): anything else in the path
     (NUL, a name too long) is no page (404) and never reaches Postgres."""
 
     regex = validation.NAME_PATTERN.removeprefix("^").removesuffix("+$") + f"{{1,{validation.NAME_MAX_LENGTH}}}"

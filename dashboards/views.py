@@ -23,7 +23,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 
 from controlplane.controller import selectors as ctl_selectors
 from controlplane.models import OperatorAction
-from controlplane.topic_attributes import TOPIC_MESSAGE_TYPES
+from mqrules.topic_attributes import TOPIC_MESSAGE_TYPES
 from nameserver.core.perm import Perm
 
 from . import selectors

@@ -11,9 +11,9 @@ import time
 
 from channels.db import database_sync_to_async
 
-from controlplane import validation as v
 from controlplane import ws
 from controlplane.errors import ApiError
+from mqrules import validation as v
 
 from . import broker_status, liveness, route_cache, selectors, services, static_topics, water_levels, wire
 from .core.broker_status import parse_report

@@ -8,7 +8,7 @@ an entry of ``brokerAddrs`` with the durable part of its live-table entry, ``Top
 from django.db import models
 from django.db.models import F, Q
 
-from controlplane.topic_attributes import MESSAGE_TYPE, TOPIC_MESSAGE_TYPES
+from mqrules.topic_attributes import MESSAGE_TYPE, TOPIC_MESSAGE_TYPES
 
 
 class BrokerGroup(models.Model):
@@ -59,7 +59,7 @@ class TopicQueue(models.Model):
     write_queue_nums = models.IntegerField()
     perm = models.SmallIntegerField()
     topic_sys_flag = models.IntegerField(default=0)
-    # The broker set's TopicConfig.attributes (controlplane.topic_attributes): {"message.type": "DELAY"}.
+    # The broker set's TopicConfig.attributes (mqrules.topic_attributes): {"message.type": "DELAY"}.
     attributes = models.JSONField(default=dict)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -88,7 +88,7 @@ class NamesrvConfigEntry(models.Model):
 
 
 class StaticTopic(models.Model):
-    """A static topic's logical-queue mapping (seed 003; controlplane/logical_queues.py): every
+    """A static topic's logical-queue mapping (seed 003; mqrules/logical_queues.py): every
     logical queue's chain of segments, as ``TopicMapping.to_wire()``. Changed only by
     nameserver/static_topics.py, one row-locked transaction per change, each one epoch higher."""
 

@@ -76,7 +76,7 @@ def topic_route_json(topic: str) -> bytes | None:
 
 
 def static_mapping(topic: str) -> dict | None:
-    """A static topic's logical-queue mapping, as stored (controlplane/logical_queues.py's wire form)."""
+    """A static topic's logical-queue mapping, as stored (mqrules/logical_queues.py's wire form)."""
     return StaticTopic.objects.filter(topic=topic).values_list("mapping", flat=True).first()
 
 

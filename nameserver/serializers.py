@@ -5,8 +5,6 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
-from controlplane import topic_attributes, validation
-from controlplane.validation import INT_MAX, MAX_ID
 from controlplane.validation_drf import (
     RuledSerializer,
     addr_field,
@@ -17,6 +15,8 @@ from controlplane.validation_drf import (
     query_integer_field,
     text_field,
 )
+from mqrules import topic_attributes, validation
+from mqrules.validation import INT_MAX, MAX_ID
 
 from .core.registry import RegisterRequest
 from .core.values import DataVersion, TopicConfig
@@ -32,7 +32,7 @@ class DataVersionSerializer(serializers.Serializer):
     timestamp = integer_field(min_value=0, max_value=MAX_ID, default=0)
 
 
-# --- topic attributes: the rules are pure (controlplane.topic_attributes); these are their fields --------
+# --- topic attributes: the rules are pure (mqrules.topic_attributes); these are their fields --------
 
 _ATTRIBUTE_SCHEMAS = {key: {"type": "string", "enum": list(values)} for key, values in topic_attributes.ATTRIBUTE_VALUES.items()}
 TOPIC_ATTRIBUTES_SCHEMA = {

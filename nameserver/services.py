@@ -14,8 +14,8 @@ from functools import partial
 from django.db import transaction
 from django.db.models import F
 
-from controlplane import topic_attributes
 from controlplane.isolation import is_isolated
+from mqrules import topic_attributes
 
 from . import liveness, notify, route_cache
 from .core import perm as P

@@ -1,7 +1,7 @@
 """Static topics (seed 003, RIP-21): creating one and moving its logical queues between broker sets.
 
 Each change is load → decide → store: the topic's row is locked (``SELECT ... FOR UPDATE``), the pure
-rules of controlplane/logical_queues.py make the new mapping, the invariant checker must find
+rules of mqrules/logical_queues.py make the new mapping, the invariant checker must find
 nothing wrong, and the row and its history row (one per epoch) are written in the same transaction.
 A change planned against an older epoch is refused (LOGIC_QUEUE_MAPPING_FENCED_EPOCH), so two
 operators moving queues of one topic take turns and the second sees the first. A preview runs the
@@ -16,9 +16,9 @@ from functools import partial
 
 from django.db import transaction
 
-from controlplane import logical_queues as lq
-from controlplane.codes import ResponseCode as C
 from controlplane.isolation import isolated_addrs
+from mqrules import logical_queues as lq
+from mqrules.codes import ResponseCode as C
 
 from . import notify, route_cache, selectors, services
 from .models import BrokerGroup, StaticTopic, StaticTopicChange

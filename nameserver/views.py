@@ -12,8 +12,8 @@ from controlplane.config_views import ConfigView as BaseConfigView
 from controlplane.config_views import config_schema_view
 from controlplane.errors import ApiError, ResponseCode
 from controlplane.openapi import AUTH, BODY, errors
-from controlplane.topic_attributes import TOPIC_MESSAGE_TYPES
 from controlplane.validation_drf import checked_param, name_parameter
+from mqrules.topic_attributes import TOPIC_MESSAGE_TYPES
 
 from . import broker_status, responses, selectors, services, settings_store, static_topics, water_levels, wire
 from .core.config import DEFAULTS as CONFIG_DEFAULTS

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane.logical_queues import MovePreview, TopicMapping
+from mqrules.logical_queues import MovePreview, TopicMapping
 
 from .core.acting import ActingMasterState
 from .core.routes import BrokerData, TopicRouteData

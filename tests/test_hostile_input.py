@@ -29,10 +29,10 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from controlplane import auth
-from controlplane.codes import ResponseCode
 from controlplane.controller.models import ControllerConfigEntry, Replica, ReplicaGroup, Transition
 from controlplane.models import ApiToken, Isolation, OperatorAction
-from controlplane.validation import INT_MAX, LONG_MAX
+from mqrules.codes import ResponseCode
+from mqrules.validation import INT_MAX, LONG_MAX
 from nameserver.models import BrokerGroup, BrokerMember, NamesrvConfigEntry, TopicQueue
 from tests.controller.helpers import CTL, addr, apply_body, heartbeat_body
 from tests.nameserver.helpers import NS, register_body

@@ -1,4 +1,4 @@
-"""Topic attributes and message types (controlplane/topic_attributes.py), as RocketMQ 5 has them:
+"""Topic attributes and message types (mqrules/topic_attributes.py), as RocketMQ 5 has them:
 TopicAttributes / AttributeUtil for what a topic may carry, RouteActivity.parseTopicMessageType for
 what its queues accept, DefaultTopicMessageTypeValidator for the sends it refuses."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.topic_attributes import (
+from mqrules.topic_attributes import (
     TopicMessageType,
     accepted_message_types,
     accepted_send_types,
@@ -16,7 +16,7 @@ from controlplane.topic_attributes import (
     type_conflict,
     updated,
 )
-from controlplane.validation import Invalid
+from mqrules.validation import Invalid
 
 pytestmark = pytest.mark.unit
 

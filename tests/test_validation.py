@@ -1,4 +1,4 @@
-"""The one validator module (controlplane/validation.py): its rules as tables, and proof that the name
+"""The one validator module (mqrules/validation.py): its rules as tables, and proof that the name
 rule is written nowhere else and that the pure modules import with the standard library alone."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import validation as v
 from controlplane.controller.core.config import SCHEMA as CONTROLLER_CONFIG
+from mqrules import validation as v
 from nameserver.core.config import SCHEMA as NAMESRV_CONFIG
 from nameserver.core.water_levels import parse_water_levels
 
@@ -23,6 +23,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_PARTY = (
+    "mqrules",
     "controlplane",
     "nameserver",
     "dashboards",
@@ -34,7 +35,7 @@ FIRST_PARTY = (
     "bench",
     "testkit",
 )
-HOME = ROOT / "controlplane" / "validation.py"
+HOME = ROOT / "mqrules" / "validation.py"
 
 
 NAMES = {
@@ -341,7 +342,7 @@ def test_the_name_rule_is_written_only_in_the_validator_module():
         for line, literal in _string_literals(path)
         if _restates_the_name_rule(literal)
     ]
-    assert again == [], "the name rule is written again; call controlplane.validation instead:\n" + "\n".join(again)
+    assert again == [], "the name rule is written again; call mqrules.validation instead:\n" + "\n".join(again)
 
 
 def test_no_first_party_module_compiles_a_pattern_of_names_or_addresses():
@@ -351,14 +352,14 @@ def test_no_first_party_module_compiles_a_pattern_of_names_or_addresses():
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if "re.compile(" in line and ("a-z" in line or r"\d{1,5}" in line)
     ]
-    assert compiled == [], "a name or address pattern outside controlplane/validation.py:\n" + "\n".join(compiled)
+    assert compiled == [], "a name or address pattern outside mqrules/validation.py:\n" + "\n".join(compiled)
 
 
 def test_the_pure_modules_import_with_the_standard_library_alone():
     # -S: no site-packages, so Django, DRF or Celery cannot be imported by accident.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "import controlplane.validation, controlplane.codes, controlplane.keyed_config;"
+        "import mqrules.validation, mqrules.codes, mqrules.keyed_config;"
         "import controlplane.controller.core.rules, nameserver.core.config, nameserver.core.water_levels,"
         " nameserver.core.routes;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'rest_framework', 'celery')))"

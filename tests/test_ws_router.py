@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from asgiref.sync import async_to_sync
 
-from controlplane import validation, ws
+from controlplane import ws
+from mqrules import validation
 from tests.nameserver.test_websocket import call, connected
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

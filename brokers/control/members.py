@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from controlplane import validation  # pure, standard library only
+from mqrules import validation
 
 from ..config import BrokerConfig
 from ..tasks import cancel_and_wait

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 import websockets
 
-from controlplane.codes import CLOSE_BROKER_RECONNECTING, ResponseCode  # pure, standard library only
-from controlplane.topic_attributes import parse_attributes  # pure, standard library only
+from mqrules.codes import CLOSE_BROKER_RECONNECTING, ResponseCode
+from mqrules.topic_attributes import parse_attributes
 
 from ..config import BrokerConfig
 from ..tasks import cancel_and_wait
@@ -46,7 +46,7 @@ class ControlPlaneError(RuntimeError):
 
 class RequestRefused(Exception):
     """A request handler's refusal, answered as ``{"ok": false, "error": {...}}`` (codes:
-    controlplane.codes.ResponseCode)."""
+    mqrules.codes.ResponseCode)."""
 
     def __init__(self, code: int, name: str, detail: str, fields: dict | None = None):
         super().__init__(f"{code} {name}: {detail}")

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 
-from controlplane import validation  # pure, standard library only
+from mqrules import validation
 
 from ..config import BrokerConfig
 from ..tasks import cancel_and_wait

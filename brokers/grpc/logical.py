@@ -27,7 +27,7 @@ from functools import partial
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from controlplane.logical_queues import Segment, TopicMapping, min_logical_offset  # pure
+from mqrules.logical_queues import Segment, TopicMapping, min_logical_offset
 
 from ..pop import ReceiptHandle, retry_topic
 from ..static import StaticQueues

@@ -17,7 +17,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
-from controlplane.topic_attributes import (  # pure, standard library only
+from mqrules.topic_attributes import (
     DEFAULT_MESSAGE_TYPE,
     TopicMessageType,
     accepted_message_types,

@@ -8,8 +8,8 @@ from __future__ import annotations
 from rest_framework import status
 
 from controlplane.auth import Caller
-from controlplane.codes import ResponseCode as C
 from controlplane.errors import ApiError
+from mqrules.codes import ResponseCode as C
 
 from . import liveness, selectors, services
 from .core.state import SyncState, Trigger

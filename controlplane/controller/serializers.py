@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from controlplane import validation as v
-from controlplane.validation import INT_MAX, MAX_ID
 from controlplane.validation_drf import (
     RuledSerializer,
     addr_field,
@@ -15,6 +13,8 @@ from controlplane.validation_drf import (
     pattern_field,
     query_integer_field,
 )
+from mqrules import validation as v
+from mqrules.validation import INT_MAX, MAX_ID
 
 _name, _addr = name_field, addr_field
 

@@ -16,9 +16,9 @@ from functools import partial
 from django.db import connection, transaction
 from django.utils import timezone
 
-from controlplane.codes import ResponseCode as C
 from controlplane.models import Isolation
 from controlplane.push import send_frames
+from mqrules.codes import ResponseCode as C
 
 from . import liveness, selectors
 from .config_store import current_config

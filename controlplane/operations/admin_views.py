@@ -11,7 +11,6 @@ from rest_framework.views import APIView
 
 from controlplane.auth import IsAdmin, caller_of, who
 from controlplane.openapi import BODY, errors
-from controlplane.validation import MAX_ID
 from controlplane.validation_drf import (
     RuledSerializer,
     boolean_field,
@@ -20,6 +19,7 @@ from controlplane.validation_drf import (
     name_field,
     name_parameter,
 )
+from mqrules.validation import MAX_ID
 
 from . import broker_admin
 

@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import transaction
 
 from controlplane import audit, broker_rpc
-from controlplane import validation as v
-from controlplane.codes import ResponseCode
+from mqrules import validation as v
+from mqrules.codes import ResponseCode
 from nameserver import broker_status
 from nameserver import liveness as ns_liveness
 from nameserver import selectors as ns_selectors

@@ -35,12 +35,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane import audit
-from controlplane.codes import ResponseCode as C
 from controlplane.controller import selectors as ctl_selectors
 from controlplane.controller import services as ctl_services
 from controlplane.controller.core.rules import rank_key
 from controlplane.controller.core.state import LiveInfo, SyncState, Trigger
 from controlplane.models import Drill, DrillOutcome
+from mqrules.codes import ResponseCode as C
 from nameserver import liveness as ns_liveness
 from nameserver import selectors as ns_selectors
 from nameserver import water_levels

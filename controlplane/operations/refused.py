@@ -3,8 +3,8 @@ same fields as their JSON)."""
 
 from __future__ import annotations
 
-from controlplane.codes import ResponseCode
 from controlplane.errors import ApiError
+from mqrules.codes import ResponseCode
 
 
 class Refused(Exception):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from controlplane.validation import MAX_ID
 from controlplane.validation_drf import boolean_field, integer_field, name_field, query_integer_field
+from mqrules.validation import MAX_ID
 
 
 class BrokerSerializer(serializers.Serializer):

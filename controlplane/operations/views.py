@@ -12,10 +12,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.auth import IsAdmin, caller_of, who
-from controlplane.codes import ResponseCode
 from controlplane.errors import ApiError
 from controlplane.openapi import AUTH, BODY, errors
 from controlplane.validation_drf import checked_param, name_parameter
+from mqrules.codes import ResponseCode
 
 from . import drill, isolation
 from .headroom import headroom

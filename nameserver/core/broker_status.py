@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from controlplane import validation as v
-from controlplane.keyed_config import BROKER_SECRET_KEYS
+from mqrules import validation as v
+from mqrules.keyed_config import BROKER_SECRET_KEYS
 
 MAX_QUEUE_ROWS = 100_000
 MAX_OFFSET_ROWS = 200_000

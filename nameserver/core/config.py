@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from controlplane.keyed_config import ConfigError, ConfigSchema, KeyedConfig, Value
+from mqrules.keyed_config import ConfigError, ConfigSchema, KeyedConfig, Value
 
 __all__ = ["DEFAULTS", "ConfigError", "NamesrvConfig", "validate_update"]
 

@@ -28,7 +28,7 @@ class TopicConfig:
     write_queue_nums: int = 16
     perm: int = 6
     topic_sys_flag: int = 0
-    attributes: Mapping[str, str] = field(default_factory=dict)  # controlplane.topic_attributes; never mutated
+    attributes: Mapping[str, str] = field(default_factory=dict)  # mqrules.topic_attributes; never mutated
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from controlplane import validation as v
+from mqrules import validation as v
 
 MAX_SLAVES = 64
 

@@ -21,8 +21,8 @@ from brokers.meta import META_TOPIC
 from brokers.store.message import Message
 from brokers.topics import TopicConfig
 from controlplane import broker_rpc
-from controlplane.codes import ResponseCode
 from controlplane.models import ApiToken
+from mqrules.codes import ResponseCode
 from nameserver import broker_status, liveness
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from tests.procs import uvicorn_server

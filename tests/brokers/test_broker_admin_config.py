@@ -22,7 +22,7 @@ from brokers.config import (
     reported_values,
     rewrite_conf,
 )
-from controlplane.keyed_config import BROKER_SECRET_KEYS
+from mqrules.keyed_config import BROKER_SECRET_KEYS
 
 pytestmark = pytest.mark.unit
 

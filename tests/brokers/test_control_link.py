@@ -17,7 +17,7 @@ import websockets
 from brokers.config import BrokerConfig
 from brokers.control.nameserver import CALL_TIMEOUT_S, NameserverLink
 from brokers.topics import TopicConfigManager
-from controlplane.codes import CLOSE_BROKER_RECONNECTING
+from mqrules.codes import CLOSE_BROKER_RECONNECTING
 
 pytestmark = pytest.mark.unit
 

@@ -41,7 +41,7 @@ from brokers.static import StaticQueues
 from brokers.store.message import Message
 from brokers.store.store import PutMessageStatus
 from brokers.topics import TopicConfig, TopicConfigManager
-from controlplane.topic_attributes import TopicMessageType
+from mqrules.topic_attributes import TopicMessageType
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from brokers.static import StaticQueues
-from controlplane.logical_queues import decide, initial, plan_moves
+from mqrules.logical_queues import decide, initial, plan_moves
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from brokers.config import BrokerConfig
 from brokers.control.nameserver import NameserverLink
 from brokers.meta import ConsumerMeta, MetaRejected
 from brokers.topics import TopicConfig, TopicConfigManager
-from controlplane.topic_attributes import TopicMessageType
+from mqrules.topic_attributes import TopicMessageType
 
 pytestmark = pytest.mark.unit
 

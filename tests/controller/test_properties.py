@@ -10,7 +10,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlplane.codes import ResponseCode as C
 from controlplane.controller.core import invariants
 from controlplane.controller.core.rules import (
     AlterRequest,
@@ -24,6 +23,7 @@ from controlplane.controller.core.rules import (
     register_broker,
 )
 from controlplane.controller.core.state import INT_MAX, Decision, LiveInfo, Replica, SyncState, Trigger
+from mqrules.codes import ResponseCode as C
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.codes import ResponseCode as C
 from controlplane.controller.core.rules import (
     DROPPED_SET,
     AlterRequest,
@@ -21,6 +20,7 @@ from controlplane.controller.core.rules import (
     register_broker,
 )
 from controlplane.controller.core.state import INT_MAX, LiveInfo, Replica, SyncState, Trigger
+from mqrules.codes import ResponseCode as C
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane import validation as v
+from mqrules import validation as v
 from nameserver.core import broker_status as core
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""Logical queues (controlplane/logical_queues.py), table-tested with the seed's own tables
+"""Logical queues (mqrules/logical_queues.py), table-tested with the seed's own tables
 (seed 003): a move seals the old segment and appends a new one, the new one starts where the old one
 ends, reads cross segment edges, expired segments are never read and their physical queue is reused,
 drain and scale-out plans, and the invariant checker refusing broken chains. A property test runs
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controlplane.codes import ResponseCode as C
-from controlplane.logical_queues import (
+from mqrules.codes import ResponseCode as C
+from mqrules.logical_queues import (
     LogicalQueue,
     MappingRefused,
     Segment,

@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from controlplane.codes import ResponseCode as C
 from controlplane.models import ApiToken, OperatorAction, TokenScope
+from mqrules.codes import ResponseCode as C
 from nameserver import static_topics
 from nameserver.models import StaticTopic, StaticTopicChange
 from tests.nameserver.helpers import NS, register_body

@@ -9,7 +9,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from controlplane.asgi import application
-from controlplane.codes import CLOSE_BROKER_RECONNECTING
+from mqrules.codes import CLOSE_BROKER_RECONNECTING
 from nameserver import liveness
 from nameserver.models import BrokerMember
 from nameserver.settings_store import update_config

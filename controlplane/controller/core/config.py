@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from controlplane.keyed_config import ConfigSchema, KeyedConfig, Value
+from mqrules.keyed_config import ConfigSchema, KeyedConfig, Value
 
 DEFAULTS: dict[str, Value] = {
     "controllerType": "DLedger",

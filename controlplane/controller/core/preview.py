@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from controlplane.codes import ResponseCode as C
+from mqrules.codes import ResponseCode as C
 
 from . import rules
 from .state import LiveInfo, SyncState, Trigger

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from controlplane.codes import ResponseCode as C
+from mqrules.codes import ResponseCode as C
 
 from .state import FIRST_BROKER_CONTROLLER_ID, Decision, LiveInfo, Replica, SyncState, Trigger
 

@@ -5,7 +5,7 @@ message types a topic's queues accept (the proxy's ``RouteActivity.parseTopicMes
 
 One place for the control plane (REST and registration validation) and the brokers (routes and the
 send check): pure, standard library only (floor 0), so brokers may import it as they import
-``controlplane.validation``.
+``mqrules.validation``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 
-from .validation import Invalid
+from mqrules.validation import Invalid
 
 MESSAGE_TYPE = "message.type"
 ADD_PREFIX = "+"  # RocketMQ's form of "add or change this attribute" (AttributeParser.ATTR_ADD_PLUS_SIGN)

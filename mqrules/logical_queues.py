@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from controlplane.codes import ResponseCode as C
+from mqrules.codes import ResponseCode as C
 
 
 class SegmentState(StrEnum):

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from controlplane import validation as v
+from mqrules import validation as v
 
 # A broker's broker.conf keys that hold secrets: a broker never reports them (brokers/admin.py) and the
 # control plane never stores them, whatever a broker sends (nameserver/core/broker_status.py).
