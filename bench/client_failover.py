@@ -53,7 +53,6 @@ import bisect
 import json
 import math
 import re
-import statistics
 import sys
 import time
 from collections import Counter
@@ -62,7 +61,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import percentile  # noqa: E402
 from chaos.client_load import ClientKill9, ClientSigStop, drain, group_whole, longest_quiet, stop_clients  # noqa: E402
 from chaos.consumers import longest_stall  # noqa: E402
 from chaos.faults import RECOVERY_TIMEOUT_S, FaultRecord  # noqa: E402
@@ -71,6 +69,7 @@ from chaos.official_client import EventLog, client_process  # noqa: E402
 from chaos.replicas import GroupSettings  # noqa: E402
 from testkit.controlplane import fresh_standalone_env  # noqa: E402
 from testkit.procs import ARTIFACTS, Process, wait_until  # noqa: E402
+from testkit.stats import rounded_median, rounded_percentile  # noqa: E402
 
 CONSUMER_GROUP = "client-failover"
 WARMUP_S = 3.0  # load on the whole group before the first fault
@@ -191,14 +190,6 @@ def error_kind(text: str) -> str:
     return re.sub(r"\d+", "#", text)[:200]
 
 
-def median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
-
-
-def p99(values: list[float]) -> float | None:
-    return round(percentile(values, 99), 3) if values else None
-
-
 def measure(
     trials: list[Trial], acks: list[dict], fails: list[dict], deliveries: list[dict], window_s: float, ends_at: float
 ) -> set[str]:
@@ -275,34 +266,34 @@ def summary(trials: list[Trial], producer: EventLog, consumer: EventLog, late: s
     return {
         "trials": len(kills),
         "stop_trials": len(stops),
-        "send_gap_s_median": median(values(kills, "send_gap_s")),
-        "send_gap_s_p99": p99(values(kills, "send_gap_s")),
+        "send_gap_s_median": rounded_median(values(kills, "send_gap_s")),
+        "send_gap_s_p99": rounded_percentile(values(kills, "send_gap_s"), 99),
         "send_gap_s_max": max(values(kills, "send_gap_s"), default=None),
         "send_gap_phases": dict(Counter(t.send_gap_phase for t in kills)),
-        "stop_send_gap_s_median": median(values(stops, "send_gap_s")),
-        "stop_send_gap_s_p99": p99(values(stops, "send_gap_s")),
+        "stop_send_gap_s_median": rounded_median(values(stops, "send_gap_s")),
+        "stop_send_gap_s_p99": rounded_percentile(values(stops, "send_gap_s"), 99),
         "stop_send_gap_phases": dict(Counter(t.send_gap_phase for t in stops)),
         "failed_sends_after_retries": len(fails),
         "failed_sends_by_error": dict(Counter(error_kind(e["error"]) for e in fails).most_common()),
         "failed_sends_by_phase": dict(Counter(attribute(trials, e["t"]) for e in fails).most_common()),
         "acked_lost": len(lost),
-        "consume_gap_s_median": median(values(kills, "consume_gap_s")),
+        "consume_gap_s_median": rounded_median(values(kills, "consume_gap_s")),
         "consume_gap_s_max": max(values(kills, "consume_gap_s"), default=None),
-        "consume_stall_s_median": median(values(kills, "consume_stall_s")),
-        "stop_consume_gap_s_median": median(values(stops, "consume_gap_s")),
+        "consume_stall_s_median": rounded_median(values(kills, "consume_stall_s")),
+        "stop_consume_gap_s_median": rounded_median(values(stops, "consume_gap_s")),
         "late_deliveries": len(late),
         "late_by_trial": [t.late for t in trials],
-        "election_s_median": median(record_values(kills, "detect_s")),
-        "stop_election_s_median": median(record_values(stops, "detect_s")),
-        "heal_s_median": median(record_values(kills, "heal_s")),
+        "election_s_median": rounded_median(record_values(kills, "detect_s")),
+        "stop_election_s_median": rounded_median(record_values(stops, "detect_s")),
+        "heal_s_median": rounded_median(record_values(kills, "heal_s")),
         "acked": len(acks),
         "sends": len(acks) + len(fails),
         "delivered": len(delivered),
         "deliveries": len(deliveries),
         "redeliveries": len(deliveries) - len(delivered),
-        "delivery_lag_s_median": median(lags),
-        "delivery_lag_s_p99": p99(lags),
-        "send_s_p99": p99(send_s),
+        "delivery_lag_s_median": rounded_median(lags),
+        "delivery_lag_s_p99": rounded_percentile(lags, 99),
+        "send_s_p99": rounded_percentile(send_s, 99),
         "send_s_max": round(max(send_s), 3) if send_s else None,
         "ack_failures": dict(Counter(error_kind(e["error"]) for e in consumer.of("ack_fail")).most_common()),
         "receive_failures": dict(Counter(error_kind(e["error"]) for e in consumer.of("receive_fail")).most_common()),

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from chaos.checks import percentile  # noqa: F401 - the benchmarks import it from here
 from testkit.controlplane import clear_redis_prefix, running_web
 from testkit.controlplane import fresh_database as prepare_database
 from testkit.controlplane import standalone_env as bench_env
 from testkit.procs import ARTIFACTS, ROOT
 
-__all__ = ["ROOT", "bench_env", "clear_redis_prefix", "paced", "percentile", "prepare_database", "server", "setup_django"]
+__all__ = ["ROOT", "bench_env", "clear_redis_prefix", "paced", "prepare_database", "server", "setup_django"]
 
 
 def setup_django(env: dict[str, str]) -> None:

@@ -52,7 +52,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 import traceback
@@ -79,6 +78,7 @@ from chaos.replicas import GROUP, GroupSettings  # noqa: E402
 from chaos.workload import Producer  # noqa: E402
 from testkit.controlplane import fresh_standalone_env  # noqa: E402
 from testkit.procs import ARTIFACTS, wait_until  # noqa: E402
+from testkit.stats import rounded_median  # noqa: E402
 
 WARMUP_S = 3.0  # load on the whole group before the first fault
 SETTLE_S = 2.0  # ... and between trials
@@ -261,10 +261,6 @@ def run_audit(h: Harness, timeout_s: float) -> dict:
     }
 
 
-def median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
-
-
 def write_records(consumers: ConsumerGroups, producer: Producer, folder: Path) -> None:
     """Every delivery and first OK ack per group, and every producer ack, as CSV (times: time.monotonic())."""
     with open(folder / "producer-acks.csv", "w") as f:
@@ -335,9 +331,9 @@ def summary(
         "redelivered_after_ack": again,
         "redelivered_ratio": round(again / consumed, 6) if consumed else None,
         "producer_duplicates_delivered": copies,
-        "consume_gap_s_median": median(gaps),
+        "consume_gap_s_median": rounded_median(gaps),
         "consume_gap_s_max": round(max(gaps), 3) if gaps else None,
-        "delivery_pause_s_median": median(pauses),
+        "delivery_pause_s_median": rounded_median(pauses),
         "audit_stale_replica_rollbacks": audit.get("staleReplica") if audit else None,
         "audit_pre_online_rollbacks": audit.get("preOnline") if audit else None,
         "audit_rollbacks": audit.get("rollbacks") if audit else None,
@@ -353,8 +349,12 @@ def summary(
         "drain_s": drain_s,
         # fault -> first write on the new master; in classic mode the master itself comes back, and a
         # write acknowledged while it shut down would count: the write gap tells more there
-        "rto_median_s": median([t.record.rto_s for t in trials if t.record.rto_s is not None]) if controller_mode else None,
-        "write_gap_s_median": median([t.record.longest_write_gap_s for t in trials if t.record.longest_write_gap_s is not None]),
+        "rto_median_s": rounded_median([t.record.rto_s for t in trials if t.record.rto_s is not None])
+        if controller_mode
+        else None,
+        "write_gap_s_median": rounded_median(
+            [t.record.longest_write_gap_s for t in trials if t.record.longest_write_gap_s is not None]
+        ),
         "problems": problems + [f"trial {i + 1}: {p}" for i, t in enumerate(trials) for p in t.record.problems],
     }
 

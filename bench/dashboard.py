@@ -43,8 +43,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_env, clear_redis_prefix, percentile, prepare_database, server, setup_django  # noqa: E402
+from bench.common import bench_env, clear_redis_prefix, prepare_database, server, setup_django  # noqa: E402
 from testkit.ports import free_port  # noqa: E402
+from testkit.stats import percentile  # noqa: E402
 
 CONSUMERS_PAGE = "/consumers/"
 

@@ -51,7 +51,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import bench_env, clear_redis_prefix, paced, percentile, prepare_database, setup_django  # noqa: E402
+from bench.common import bench_env, clear_redis_prefix, paced, prepare_database, setup_django  # noqa: E402
+from testkit.stats import percentile  # noqa: E402
 
 CLUSTER = "bench"
 HOT = "hot"

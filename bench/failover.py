@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import percentile  # noqa: E402
 from chaos.faults import FaultRecord, Kill9, SigStop  # noqa: E402
 from chaos.harness import TOPIC, Harness  # noqa: E402
 from chaos.replicas import GroupSettings  # noqa: E402
@@ -34,12 +32,9 @@ from chaos.runner import Report, ScenarioConfig, drain_and_check  # noqa: E402
 from chaos.workload import Producer  # noqa: E402
 from testkit.controlplane import fresh_standalone_env  # noqa: E402
 from testkit.procs import ARTIFACTS, wait_until  # noqa: E402
+from testkit.stats import rounded_median, rounded_percentile  # noqa: E402
 
 SETTLE_S = 1.0  # load on the whole group between trials
-
-
-def median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
 
 
 def summary(kills: list[FaultRecord], stops: list[FaultRecord], report: Report) -> dict:
@@ -51,18 +46,18 @@ def summary(kills: list[FaultRecord], stops: list[FaultRecord], report: Report) 
     return {
         "trials": len(kills),
         "stop_trials": len(stops),
-        "rto_median_s": median(rto),
-        "rto_p99_s": round(percentile(rto, 99), 3) if rto else None,
+        "rto_median_s": rounded_median(rto),
+        "rto_p99_s": rounded_percentile(rto, 99),
         "rto_max_s": round(max(rto), 3) if rto else None,
-        "detect_median_s": median(times(kills, "detect_s")),
-        "elect_median_s": median(times(kills, "elect_s")),
-        "heal_median_s": median(times(kills, "heal_s")),
+        "detect_median_s": rounded_median(times(kills, "detect_s")),
+        "elect_median_s": rounded_median(times(kills, "elect_s")),
+        "heal_median_s": rounded_median(times(kills, "heal_s")),
         "lost_acked": len(d.lost) if d else None,
         "lost_acked_probes": d.lost_probes if d else None,
         "acked": d.acked if d else None,
         "duplicates": d.duplicates if d else None,
-        "stop_rto_median_s": median(times(stops, "rto_s")),
-        "stop_detect_median_s": median(times(stops, "detect_s")),
+        "stop_rto_median_s": rounded_median(times(stops, "rto_s")),
+        "stop_detect_median_s": rounded_median(times(stops, "detect_s")),
         "stop_deposed_master_acks": sum(r.stale_probe_codes.get("OK", 0) for r in stops),
         "failed_trials": sum(1 for r in kills + stops if r.problems or r.rto_s is None),
         "logs_identical": report.logs.identical if report.logs else None,

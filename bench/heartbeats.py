@@ -34,11 +34,11 @@ from bench.common import (  # noqa: E402
     bench_env,
     clear_redis_prefix,
     paced,
-    percentile,
     prepare_database,
     server,
     setup_django,
 )
+from testkit.stats import percentile  # noqa: E402
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
 

@@ -58,12 +58,12 @@ from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
 from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc  # noqa: E402
 
-from bench.common import percentile  # noqa: E402
 from bench.produce import BODY, SEGMENT  # noqa: E402
 from brokers.runtime import tune_gc  # noqa: E402
 from brokers.topics import TopicConfig, TopicConfigManager  # noqa: E402
 from testkit.brokers import BrokerPorts, broker_keys, broker_process, unreachable_control_plane, write_broker_conf  # noqa: E402
 from testkit.procs import Process  # noqa: E402
+from testkit.stats import percentile  # noqa: E402
 
 TOPIC = "Bench"
 STOP_TIMEOUT_S = 30

@@ -180,7 +180,6 @@ import math
 import os
 import random
 import re
-import statistics
 import sys
 import threading
 import time
@@ -199,7 +198,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import grpc_floor  # noqa: E402
-from bench.common import percentile, process_cpu_s  # noqa: E402
+from bench.common import process_cpu_s  # noqa: E402
 from brokers.config import BrokerConfig  # noqa: E402
 from brokers.store.commitlog import CommitLog  # noqa: E402
 from brokers.store.message import Message  # noqa: E402
@@ -211,6 +210,7 @@ from chaos.replicas import GROUP, GroupSettings  # noqa: E402
 from chaos.workload import CHANNEL_OPTIONS, Producer, code_name  # noqa: E402
 from testkit.controlplane import fresh_standalone_env  # noqa: E402
 from testkit.procs import ARTIFACTS, wait_until  # noqa: E402
+from testkit.stats import rounded_median, rounded_percentile  # noqa: E402
 
 TIMER_TOPIC = "SpecialTimers"
 NORMAL_TOPIC = "SpecialNormal"
@@ -699,13 +699,10 @@ def timer_figures(
             places[r.message_id].add(r.position)
     late = [r.at_ms - due_ms[m] for m, r in first.items()]
 
-    def ms(p: float) -> float | None:
-        return round(percentile(late, p), 1) if late else None
-
     return {
         "received": len(first),
-        "late_ms_p50": ms(50),
-        "late_ms_p99": ms(99),
+        "late_ms_p50": rounded_percentile(late, 50, 1),
+        "late_ms_p99": rounded_percentile(late, 99, 1),
         "late_ms_max": round(max(late), 1) if late else None,
         "early": sum(1 for x in late if x < 0),
         "lost": sum(1 for m, due in due_ms.items() if m not in first or first[m].at_ms > due + grace_ms),
@@ -730,7 +727,7 @@ def stage_figures(stored: Mapping[str, tuple[int, int, int]], first: Mapping[str
     out: dict = {}
     for name, values in stages.items():
         for p in (50, 99):
-            out[f"{name}_ms_p{p}"] = round(percentile(values, p), 1) if values else None
+            out[f"{name}_ms_p{p}"] = rounded_percentile(values, p, 1)
         out[f"{name}_ms_max"] = round(max(values), 1) if values else None
     return out
 
@@ -788,8 +785,8 @@ def txn_figures(
 def spread(name: str, values: list[float], digits: int = 1) -> dict[str, float | None]:
     """``name``_p50, _p99 and _max of ``values`` (None when there are none)."""
     return {
-        f"{name}_p50": round(percentile(values, 50), digits) if values else None,
-        f"{name}_p99": round(percentile(values, 99), digits) if values else None,
+        f"{name}_p50": rounded_percentile(values, 50, digits),
+        f"{name}_p99": rounded_percentile(values, 99, digits),
         f"{name}_max": round(max(values), digits) if values else None,
     }
 
@@ -799,10 +796,6 @@ def rate(answered: Collection[float], since: float | None) -> float:
     if not answered or since is None or max(answered) <= since:
         return 0.0
     return len(answered) / (max(answered) - since)
-
-
-def median(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
 
 
 def goals(figures: dict) -> dict[str, bool]:
@@ -1032,9 +1025,9 @@ def trial_masters(bed: Bed, load) -> Iterator[tuple[int, object]]:
 def kill_figures(prefix: str, records: list) -> dict:
     """The medians of a failover phase's kill -9 trials: election, first write on the new master, heal."""
     return {
-        f"{prefix}_election_s_median": median([r.detect_s for r in records if r.detect_s is not None]),
-        f"{prefix}_first_write_s_median": median([r.rto_s for r in records if r.rto_s is not None]),
-        f"{prefix}_heal_s_median": median([r.heal_s for r in records if r.heal_s is not None]),
+        f"{prefix}_election_s_median": rounded_median([r.detect_s for r in records if r.detect_s is not None]),
+        f"{prefix}_first_write_s_median": rounded_median([r.rto_s for r in records if r.rto_s is not None]),
+        f"{prefix}_heal_s_median": rounded_median([r.heal_s for r in records if r.heal_s is not None]),
     }
 
 

@@ -263,11 +263,3 @@ def first_election_after(history: Iterable[Mapping], wall: float, old_master: in
         if wall_time(t["createdAt"]) >= wall and t["newMasterBrokerId"] != old_master:
             return t
     return None
-
-
-def percentile(values: list[float], p: float) -> float:
-    """The ``p``-th percentile of ``values`` (the nearest rank); NaN when there are none."""
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]

@@ -104,6 +104,7 @@ from testkit.controlplane import clear_redis_prefix, fresh_database, standalone_
 from testkit.netns import Network
 from testkit.procs import ARTIFACTS, Process, wait_until
 from testkit.services import OwnedPostgres, OwnedRedis
+from testkit.stats import rounded_percentile
 
 from .checks import (
     BrokerLogScan,
@@ -113,7 +114,6 @@ from .checks import (
     failed_while_writable,
     masters_per_epoch_in_history,
     masters_per_epoch_reported,
-    percentile,
     scan_broker_log,
     wall_time,
 )
@@ -467,10 +467,6 @@ def rto(ack_times: list[float], o: Outcome) -> float:
     return round(longest_quiet(ack_times, o.at, o.healed)[0], 3)
 
 
-def pct(values: list[float], q: float) -> float | None:
-    return round(percentile(values, q), 3) if values else None
-
-
 HEADLINE = ("acked_lost", "acked_undelivered", "masters_per_epoch_max", "logs_identical")
 
 
@@ -480,11 +476,11 @@ def summary(outcomes: list[Outcome], checks: dict) -> dict:
         "faults": len(outcomes),
         "faults_by_kind": dict(Counter(o.kind for o in outcomes)),
         **{k: checks.get(k) for k in HEADLINE},
-        "rto_median_s": pct(rtos, 50),
-        "rto_p99_s": pct(rtos, 99),
+        "rto_median_s": rounded_percentile(rtos, 50),
+        "rto_p99_s": rounded_percentile(rtos, 99),
         "rto_max_s": max(rtos, default=None),
         "rto_median_s_by_kind": {
-            k: pct([o.rto_s for o in outcomes if o.kind == k and o.rto_s is not None], 50)
+            k: rounded_percentile([o.rto_s for o in outcomes if o.kind == k and o.rto_s is not None], 50)
             for k in sorted({o.kind for o in outcomes})
         },
         "spurious_elections": sum(o.spurious for o in outcomes),
