@@ -12,6 +12,7 @@ from pathlib import Path
 from testkit.controlplane import clear_redis_prefix, running_web
 from testkit.controlplane import fresh_database as prepare_database
 from testkit.controlplane import standalone_env as bench_env
+from testkit.pacing import Pace
 from testkit.procs import ARTIFACTS, ROOT
 
 __all__ = ["ROOT", "bench_env", "clear_redis_prefix", "paced", "prepare_database", "server", "setup_django"]
@@ -38,16 +39,16 @@ def paced(call, start_wall: float, stop_wall: float, rate: float) -> list[float]
     """Open loop: ``call(k)`` at ``rate`` per second from one wall-clock instant to another (a slow
     call does not lower the offered rate); returns each call's latency in ms."""
     latencies: list[float] = []
-    k, next_at = 0, start_wall
-    while next_at < stop_wall:
-        delay = next_at - time.time()
+    k, pace = 0, Pace(1 / rate, start_wall)
+    while pace.next_at < stop_wall:
+        delay = pace.wait_s(time.time())
         if delay > 0:
             time.sleep(delay)
         t0 = time.perf_counter()
         call(k)
         latencies.append((time.perf_counter() - t0) * 1000)
         k += 1
-        next_at += 1 / rate
+        pace.advance(time.time())
     return latencies
 
 

@@ -38,6 +38,7 @@ from bench.common import (  # noqa: E402
     server,
     setup_django,
 )
+from testkit.pacing import Pace  # noqa: E402
 from testkit.stats import percentile  # noqa: E402
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -94,9 +95,9 @@ async def ws_phase(
         nonlocal completed_in_window, failures
         seq = 0
         frame = {"type": "heartbeat", "seq": 0, "payload": {"clusterName": "bench", "brokerAddr": addr}}
-        next_at = start + offset
-        while next_at < stop_at:
-            delay = next_at - time.monotonic()
+        pace = Pace(interval, start + offset)
+        while pace.next_at < stop_at:
+            delay = pace.wait_s(time.monotonic())
             if delay > 0:
                 await asyncio.sleep(delay)
             seq += 1
@@ -112,7 +113,7 @@ async def ws_phase(
             if sent >= measure_from and done <= stop_at:
                 latencies.append((done - sent) * 1000)
                 completed_in_window += 1
-            next_at += interval
+            pace.advance(time.monotonic())
 
     # Routes are asked by other clients than the brokers: a separate process, so that the load
     # generator's busy event loop does not count as route latency.

@@ -62,6 +62,7 @@ from bench.produce import BODY, SEGMENT  # noqa: E402
 from brokers.runtime import tune_gc  # noqa: E402
 from brokers.topics import TopicConfig, TopicConfigManager  # noqa: E402
 from testkit.brokers import BrokerPorts, broker_keys, broker_process, unreachable_control_plane, write_broker_conf  # noqa: E402
+from testkit.pacing import Pace  # noqa: E402
 from testkit.procs import Process  # noqa: E402
 from testkit.stats import percentile  # noqa: E402
 
@@ -255,17 +256,16 @@ class Sampler(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        next_at = time.perf_counter()
+        pace = Pace(self.interval, time.perf_counter(), catch_up_s=0.0)  # a late sample does not hurry the next
         while not self.stopping.is_set():
             m = log_size(self.master)
             s = log_size(self.slave)
             self.samples.append((time.perf_counter(), m, s))
-            next_at += self.interval
-            delay = next_at - time.perf_counter()
+            now = time.perf_counter()
+            pace.advance(now)
+            delay = pace.wait_s(now)
             if delay > 0:
                 time.sleep(delay)
-            else:
-                next_at = time.perf_counter()
 
 
 async def lag_run(

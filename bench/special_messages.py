@@ -209,6 +209,7 @@ from chaos.harness import TOPIC, Harness  # noqa: E402
 from chaos.replicas import GROUP, GroupSettings  # noqa: E402
 from chaos.workload import CHANNEL_OPTIONS, Producer, code_name  # noqa: E402
 from testkit.controlplane import fresh_standalone_env  # noqa: E402
+from testkit.pacing import Pace  # noqa: E402
 from testkit.procs import ARTIFACTS, wait_until  # noqa: E402
 from testkit.stats import rounded_median, rounded_percentile  # noqa: E402
 
@@ -1441,13 +1442,14 @@ class FifoProducer(threading.Thread):
                 await channel.close()
 
     async def _group(self, group: int, stub: Callable[[str], rpc.MessagingServiceStub]) -> None:
-        seq, next_at = 0, time.monotonic()
+        seq = 0
+        pace: Pace | None = None  # unpaced until a rate is set (once)
         while not self._halt.is_set():
             if self.rate:
-                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                next_at += self.batch * self.groups / self.rate
-            else:
-                next_at = time.monotonic()
+                if pace is None:
+                    pace = Pace(self.batch * self.groups / self.rate, time.monotonic())
+                await asyncio.sleep(pace.wait_s(time.monotonic()))
+                pace.advance(time.monotonic())
             if self._halt.is_set():
                 return
             todo = list(range(seq, seq + self.batch))

@@ -17,6 +17,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
+from testkit.pacing import Pace
+
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
@@ -207,11 +209,11 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         try:
-            next_at = time.monotonic()
+            pace = Pace(self.batch / self.rate, time.monotonic(), catch_up_s=1.0)
             while not self._halt.is_set():
                 self._deliver(self.new_ids(self.batch))
-                next_at = max(next_at + self.batch / self.rate, time.monotonic() - 1.0)
-                delay = next_at - time.monotonic()
+                pace.advance(time.monotonic())
+                delay = pace.wait_s(time.monotonic())
                 if delay > 0:
                     self._halt.wait(delay)
         except BaseException as exc:  # surfaced by stop()
