@@ -15,27 +15,18 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
-from bench.special_messages import (
+from bench.special.fifo import (
     FifoReceipt,
-    Receipt,
-    accepted_entries,
     acked_copies,
-    end_request,
     fifo_figures,
     fifo_key,
     fifo_message_id,
     fifo_order_violations,
     fifo_request,
-    goals,
-    pick_share,
-    rate,
-    resolution_of,
-    send_requests,
-    spread_due,
-    stage_figures,
-    timer_figures,
-    txn_figures,
 )
+from bench.special.figures import Receipt, goals, rate, stage_figures, timer_figures, txn_figures
+from bench.special.sending import accepted_entries, send_requests, spread_due
+from bench.special.transactions import end_request, pick_share, resolution_of
 
 pytestmark = pytest.mark.unit
 
