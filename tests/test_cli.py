@@ -1,4 +1,4 @@
-"""The operator's command line (controlplane/cli.py) against a real control plane (uvicorn): static
+"""The operator's command line (controlplane/cli/) against a real control plane (uvicorn): static
 topics created, shown and remapped with mqadmin's verbs, a preview that changes nothing, a remapping
 applied after its confirmation (at the epoch previewed), --json for scripts, and clear errors: no
 token, a refused change with its code, a malformed --move. The entry point runs as its own process."""

@@ -1,4 +1,4 @@
-"""mqadmin's verbs on the operator's command line (controlplane/cli.py) against a real control plane
+"""mqadmin's verbs on the operator's command line (controlplane/cli/) against a real control plane
 (uvicorn): the cluster and a topic's route as tables and as --json, a topic created with its message
 type and deleted set by set, a controller-managed replica group's SyncStateSet, a designated election
 and a metadata clean, isolation and its lift, the controller's metadata, audit runs listed and started,

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from controlplane import cli
+from controlplane.cli import brokers, client, consumers, operations, root, topics
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +31,7 @@ NOWHERE = "http://127.0.0.1:9"
     ],
 )
 def test_reset_times_are_read_as_mqadmin_reads_them(text, ms):
-    assert cli.parse_timestamp(text, now_ms=1_700_000_000_123) == ms
+    assert consumers.parse_timestamp(text, now_ms=1_700_000_000_123) == ms
 
 
 @pytest.mark.parametrize(
@@ -38,19 +39,19 @@ def test_reset_times_are_read_as_mqadmin_reads_them(text, ms):
 )
 def test_a_time_mqadmin_would_not_read_is_refused(text):
     with pytest.raises(click.BadParameter, match="now, epoch milliseconds or yyyy-MM-dd#HH:mm:ss:SSS"):
-        cli.parse_timestamp(text)
+        consumers.parse_timestamp(text)
 
 
 def test_attributes_names_and_permissions():
-    assert cli.parse_attributes(["+message.type=FIFO"]) == {"+message.type": "FIFO"}
-    assert cli.parse_attributes(["message.type=DELAY,", "+other=x"]) == {"message.type": "DELAY", "+other": "x"}
+    assert topics.parse_attributes(["+message.type=FIFO"]) == {"+message.type": "FIFO"}
+    assert topics.parse_attributes(["message.type=DELAY,", "+other=x"]) == {"message.type": "DELAY", "+other": "x"}
     with pytest.raises(click.BadParameter, match="removing an attribute is not supported"):
-        cli.parse_attributes(["-message.type"])
+        topics.parse_attributes(["-message.type"])
     with pytest.raises(click.BadParameter, match="write \\+key=value"):
-        cli.parse_attributes(["message.type"])
-    assert cli.names(["a,b", "b", " c ,", "a"]) == ["a", "b", "c"]
-    assert [cli._perm(p) for p in (6, 4, 2, 0)] == ["RW- (6)", "R-- (4)", "-W- (2)", "--- (0)"]
-    assert cli.seg("a%b|c") == "a%25b%7Cc"
+        topics.parse_attributes(["message.type"])
+    assert root.names(["a,b", "b", " c ,", "a"]) == ["a", "b", "c"]
+    assert [topics._perm(p) for p in (6, 4, 2, 0)] == ["RW- (6)", "R-- (4)", "-W- (2)", "--- (0)"]
+    assert client.seg("a%b|c") == "a%25b%7Cc"
 
 
 @pytest.mark.parametrize(
@@ -115,7 +116,7 @@ BROKERS = {
 
 
 def test_broker_status_and_config_as_mqadmin_lists_them():
-    status = cli.render_broker_status(BROKERS).splitlines()
+    status = brokers.render_broker_status(BROKERS).splitlines()
     assert status[0] == "g1/1 at 10.0.0.1:10911 (cluster c1; alive, reported 1.5 s ago)"
     assert [line.split() for line in status[1:6]] == [
         ["role", "SYNC_MASTER"],
@@ -125,7 +126,7 @@ def test_broker_status_and_config_as_mqadmin_lists_them():
         ["uptimeMs", "65000", "(65.0", "s)"],
     ]
     assert "g1/2 at 10.0.0.2:10911 (cluster c1; not alive, stale, reported 61.0 s ago)" in status
-    config = cli.render_broker_config(BROKERS).splitlines()
+    config = brokers.render_broker_config(BROKERS).splitlines()
     assert config[:4] == [
         "============ g1/1 at 10.0.0.1:10911 (cluster c1; alive, reported 1.5 s ago) ============",
         " brokerName      = g1",
@@ -150,7 +151,7 @@ def test_a_config_change_shows_old_and_new_and_each_refusal():
             },
         ],
     }
-    text, changes = cli.render_config_change(answer, True, "inSyncReplicas")
+    text, changes = brokers.render_config_change(answer, True, "inSyncReplicas")
     assert changes and [line.split() for line in text.splitlines()] == [
         ["this", "would", "change:"],
         ["brokerName", "BID", "addr", "key", "old", "new"],
@@ -158,7 +159,7 @@ def test_a_config_change_shows_old_and_new_and_each_refusal():
         ["g1", "2", "a:2", "inSyncReplicas", "already", "so"],
         ["g1", "3", "a:3", "inSyncReplicas", "refused:", "29", "INVALID_PARAMETER", "no"],
     ]
-    nothing, changes = cli.render_config_change({"brokers": answer["brokers"][1:2]}, False, "inSyncReplicas")
+    nothing, changes = brokers.render_config_change({"brokers": answer["brokers"][1:2]}, False, "inSyncReplicas")
     assert not changes and nothing.startswith("nothing to change")
 
 
@@ -177,7 +178,7 @@ def test_consumer_progress_per_group_and_per_queue():
             {"group": "G2", "topics": ["T1"], "queues": 4, "committedOffset": 5, "maxOffset": 5, "lag": 0, "stale": True},
         ]
     }
-    assert [line.split() for line in cli.render_consumer_groups(groups).splitlines()] == [
+    assert [line.split() for line in consumers.render_consumer_groups(groups).splitlines()] == [
         ["group", "topics", "queues", "committed", "max", "offset", "lag", "report"],
         ["G1", "T1,", "T2", "8", "90", "100", "10", "live"],
         ["G2", "T1", "4", "5", "5", "0", "stale"],
@@ -190,9 +191,9 @@ def test_consumer_progress_per_group_and_per_queue():
             {"topic": "T2", "brokerName": "g2", "queueId": 1, "committedOffset": 50, "maxOffset": 55, "lag": 5, "stale": True},
         ],
     }
-    lines = cli.render_consumer_progress(one).splitlines()
+    lines = consumers.render_consumer_progress(one).splitlines()
     assert lines[1].split() == ["T1", "g1", "0", "40", "45", "5", "live"] and lines[-1] == "Consume Diff Total: 10"
-    only = cli.render_consumer_progress(one, "T2").splitlines()
+    only = consumers.render_consumer_progress(one, "T2").splitlines()
     assert (
         len(only) == 4 and only[1].split() == ["T2", "g2", "1", "50", "55", "5", "stale"] and only[-1] == "Consume Diff Total: 5"
     )
@@ -225,13 +226,13 @@ def test_a_reset_shows_each_queue_move_and_what_is_consumed_again_or_skipped():
             },
         ],
     }
-    text, moves = cli.render_reset(answer, True, "2024-01-02 03:04:05.006 (1704164645006)")
+    text, moves = consumers.render_reset(answer, True, "2024-01-02 03:04:05.006 (1704164645006)")
     lines = text.splitlines()
     assert moves and lines[0] == "G1 on T1: would reset 2 queue(s) to 2024-01-02 03:04:05.006 (1704164645006)"
     assert [line.split() for line in lines[2:4]] == [["g1", "0", "40", "10", "45", "30", "0"], ["g1", "1", "45", "50", "0", "5"]]
     assert lines[-1] == "messages consumed again: 30, skipped: 5"
     failed = {"brokerName": "g2", "error": "the broker has no websocket to this control plane"}
-    done, _ = cli.render_reset({**answer, "preview": False, "applied": False, "failed": [failed]}, False, "offset 0")
+    done, _ = consumers.render_reset({**answer, "preview": False, "applied": False, "failed": [failed]}, False, "offset 0")
     assert done.startswith("G1 on T1: reset 2 queue(s) to offset 0")
     assert done.splitlines()[-1] == "not reset on g2: the broker has no websocket to this control plane"
 
@@ -256,7 +257,7 @@ def test_a_drill_as_it_ended_and_the_list_of_drills():
         "detail": "",
         "figures": {"oldMasterAckedOffset": 10, "newMasterHeldOffset": 10, "from": "waterLevels"},
     }
-    assert cli.render_drill(drill).splitlines() == [
+    assert operations.render_drill(drill).splitlines() == [
         "drill 7 of g1: ok; master 1 -> 2, epoch 3 -> 4",
         "RTO 812 ms; data at risk before 4096 bytes, lost at the switch 0 bytes",
     ]
@@ -268,11 +269,11 @@ def test_a_drill_as_it_ended_and_the_list_of_drills():
         "dataLostBytes": None,
         "detail": "not serving in 15 s",
     }
-    assert cli.render_drill(failed).splitlines() == [
+    assert operations.render_drill(failed).splitlines() == [
         "drill 7 of g1: failed; master 1 -> 2, epoch 3, no new one",
         "RTO none (not serving); data at risk before 4096 bytes, lost at the switch unknown",
         "  not serving in 15 s",
     ]
-    rows = [line.split() for line in cli.render_drills({"drills": [drill, failed]}).splitlines()]
+    rows = [line.split() for line in operations.render_drills({"drills": [drill, failed]}).splitlines()]
     assert rows[1] == ["7", "g1", "1", "->", "2", "3", "->", "4", "812", "4096", "0", "ok", "2026-01-02T03:04:05Z", "token:ops"]
     assert rows[2] == ["7", "g1", "1", "->", "2", "3", "->", "4096", "failed", "2026-01-02T03:04:05Z", "token:ops"]
