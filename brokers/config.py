@@ -56,6 +56,8 @@ class BrokerConfig:
     brokerHeartbeatInterval: int = 1000
     registerNameServerPeriod: int = 30000
     brokerNotActiveTimeoutMillis: int = 10000
+    # The timeout of each heartbeat to the nameserver (RocketMQ's BrokerConfig: 1000 ms, reference §2.1);
+    # one unanswered this long resets the link (brokers/control/nameserver.py), which registers again.
     sendHeartbeatTimeoutMillis: int = 1000
     compatibleWithOldNameSrv: bool = True
     # Slave-acting-master (reference §5): the member-group poll, pre-online, escape, the lock quorum.

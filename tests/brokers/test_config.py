@@ -3,13 +3,19 @@ each key acts or is refused, and an invalid config gives a clear message and exi
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import websockets
 
 from brokers.config import ConfigInvalid, from_mapping, load, parse_properties, render_conf, rewrite_conf
+from brokers.control.nameserver import CALL_TIMEOUT_S, NameserverLink
+from brokers.topics import TopicConfigManager
 
 pytestmark = pytest.mark.unit
 
@@ -269,6 +275,54 @@ def test_a_runtime_change_rewrites_the_setting_in_whatever_form(text, expected):
     rewritten = rewrite_conf(text, {"retryMaxTimes": "3"})
     assert rewritten == expected
     assert parse_properties(rewritten)["retryMaxTimes"] == "3"
+
+
+@pytest.mark.parametrize("timeout_ms", [200, 1500])
+def test_a_heartbeat_gives_up_after_sendHeartbeatTimeoutMillis(tmp_path, timeout_ms):
+    """sendHeartbeatTimeoutMillis is the timeout of each heartbeat to the nameserver (RocketMQ's
+    BrokerConfig, reference §2.1): a control plane that answers registrations and never a heartbeat
+    sees the broker give up that long after the heartbeat came, and close its socket to reconnect,
+    not after the link's generic call timeout (CALL_TIMEOUT_S)."""
+    heartbeat_at: list[float] = []
+    closed_at: list[float] = []
+
+    async def control_plane(ws) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            async for raw in ws:
+                frame = json.loads(raw)
+                if frame["type"] == "register":
+                    await ws.send(json.dumps({"type": "register_result", "seq": frame["seq"], "payload": {}}))
+                elif frame["type"] == "heartbeat" and not heartbeat_at:
+                    heartbeat_at.append(loop.time())
+        except websockets.ConnectionClosed:
+            pass
+        if heartbeat_at and not closed_at:
+            closed_at.append(loop.time())
+
+    async def scenario() -> None:
+        async with websockets.serve(control_plane, "127.0.0.1", 0) as server:
+            port = server.sockets[0].getsockname()[1]
+            config = replace(
+                from_mapping(GOOD),
+                controlPlaneUrl=f"http://127.0.0.1:{port}",
+                brokerHeartbeatInterval=50,
+                sendHeartbeatTimeoutMillis=timeout_ms,
+            )
+            link = NameserverLink(config, TopicConfigManager(tmp_path / "topics.json"))
+            link.start()
+            try:
+                for _ in range(100):
+                    if closed_at:
+                        break
+                    await asyncio.sleep(0.1)
+            finally:
+                await link.stop(unregister=False)
+
+    asyncio.run(scenario())
+    assert heartbeat_at and closed_at, "the heartbeat never timed out"
+    waited = closed_at[0] - heartbeat_at[0]
+    assert timeout_ms / 1000 * 0.9 <= waited < timeout_ms / 1000 + 1.0 < CALL_TIMEOUT_S, waited
 
 
 def test_the_cli_exits_2_with_one_line_per_problem(tmp_path):
