@@ -59,7 +59,11 @@ class BrokerConfig:
     # The timeout of each heartbeat to the nameserver (RocketMQ's BrokerConfig: 1000 ms, reference §2.1);
     # one unanswered this long resets the link (brokers/control/nameserver.py), which registers again.
     sendHeartbeatTimeoutMillis: int = 1000
-    compatibleWithOldNameSrv: bool = True
+    # true (RocketMQ's default) has a broker speak to nameservers older than RIP-32: heartbeats as
+    # QUERY_DATA_VERSION, the member group through the route of rmq_sys_SYNC_BROKER_MEMBER_{brokerName}
+    # (reference §3.4, §3.7). The control plane is a new nameserver and this broker speaks only the new
+    # frames, so false is the one value it takes (_check refuses true).
+    compatibleWithOldNameSrv: bool = False
     # Slave-acting-master (reference §5): the member-group poll, pre-online, escape, the lock quorum.
     enableSlaveActingMaster: bool = False
     syncBrokerMemberGroupPeriod: int = 1000
@@ -328,6 +332,11 @@ def _check(c: BrokerConfig) -> list[str]:
         problems.append("controlPlaneToken: required (or controlPlaneTokenFile)")
     elif c.controlPlaneTokenFile and not c.controlPlaneToken and not Path(c.controlPlaneTokenFile).is_file():
         problems.append(f"controlPlaneTokenFile: {c.controlPlaneTokenFile} does not exist")
+    if c.compatibleWithOldNameSrv:
+        problems.append(
+            "compatibleWithOldNameSrv: true is for nameservers older than RIP-32 (heartbeats as QUERY_DATA_VERSION, "
+            "the member group through a topic route); the control plane is a new one: set false or leave it out"
+        )
     for key in (
         "brokerHeartbeatInterval",
         "registerNameServerPeriod",

@@ -48,7 +48,9 @@ ACTING_MASTER_DEFAULTS = {
     "lockInStrictMode": False,
     "syncBrokerMemberGroupPeriod": 1000,
     "sendHeartbeatTimeoutMillis": 1000,
-    "compatibleWithOldNameSrv": True,
+    # RocketMQ's default is true (speak to nameservers older than RIP-32); the control plane is a new
+    # one, so false is the one value this broker takes.
+    "compatibleWithOldNameSrv": False,
     "peerToken": "",
 }
 
@@ -123,6 +125,7 @@ def test_the_peer_token_falls_back_to_the_control_plane_token_file(tmp_path):
         ({"syncBrokerMemberGroupPeriod": "0"}, "syncBrokerMemberGroupPeriod: must be > 0"),
         ({"sendHeartbeatTimeoutMillis": "-5"}, "sendHeartbeatTimeoutMillis: must be > 0"),
         ({"skipPreOnline": "1"}, "skipPreOnline: must be true or false"),
+        ({"compatibleWithOldNameSrv": "true"}, "compatibleWithOldNameSrv: true is for nameservers older than RIP-32"),
         # Well-known RocketMQ keys of features this broker does not have.
         ({"namesrvAddr": "127.0.0.1:9876"}, "namesrvAddr: a RocketMQ broker key this broker does not support (brokers find"),
         ({"enableDLegerCommitLog": "true"}, "enableDLegerCommitLog: a RocketMQ broker key this broker does not support"),
@@ -224,8 +227,9 @@ def test_a_broker_conf_in_every_form_loads_typed(tmp_path):
     [
         ("namesrvAddr 127.0.0.1:9876", "namesrvAddr: a RocketMQ broker key this broker does not support"),
         ("timerPrecisionMs : 5", "timerPrecisionMs: must be between 10 and 1000"),
+        ("compatibleWithOldNameSrv true", "compatibleWithOldNameSrv: true is for nameservers older than RIP-32"),
     ],
-    ids=["refused key", "refused value"],
+    ids=["refused key", "refused value", "refused true"],
 )
 def test_a_refused_key_is_named_whatever_form_sets_it(tmp_path, line, problem):
     conf = tmp_path / "broker.conf"
