@@ -1,4 +1,10 @@
-"""Broker configuration: a properties file (``key=value``, ``#`` comments) with RocketMQ's key names.
+"""Broker configuration: a properties file with RocketMQ's key names, read as RocketMQ reads it.
+
+RocketMQ's BrokerStartup loads broker.conf with Java's ``Properties.load(InputStream)`` and
+``MixAll.properties2Object`` trims each value; so does this module (the ``javaproperties`` library):
+``key=value``, ``key: value`` and ``key value``, ``#`` and ``!`` comment lines, a line ending in an odd
+number of backslashes continued on the next, ``\\uXXXX`` escapes, the file's bytes read as ISO-8859-1,
+and a key set twice keeps its last value.
 
 Unknown keys are refused (a typo must not silently fall back to a default), and so are RocketMQ keys
 of features this broker does not have and values it does not support yet, each with its own message;
@@ -8,9 +14,12 @@ line per problem when the file is invalid.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+
+import javaproperties
 
 from mqrules import validation
 from mqrules.keyed_config import BROKER_SECRET_KEYS
@@ -47,8 +56,14 @@ class BrokerConfig:
     brokerHeartbeatInterval: int = 1000
     registerNameServerPeriod: int = 30000
     brokerNotActiveTimeoutMillis: int = 10000
+    # The timeout of each heartbeat to the nameserver (RocketMQ's BrokerConfig: 1000 ms, reference §2.1);
+    # one unanswered this long resets the link (brokers/control/nameserver.py), which registers again.
     sendHeartbeatTimeoutMillis: int = 1000
-    compatibleWithOldNameSrv: bool = True
+    # true (RocketMQ's default) has a broker speak to nameservers older than RIP-32: heartbeats as
+    # QUERY_DATA_VERSION, the member group through the route of rmq_sys_SYNC_BROKER_MEMBER_{brokerName}
+    # (reference §3.4, §3.7). The control plane is a new nameserver and this broker speaks only the new
+    # frames, so false is the one value it takes (_check refuses true).
+    compatibleWithOldNameSrv: bool = False
     # Slave-acting-master (reference §5): the member-group poll, pre-online, escape, the lock quorum.
     enableSlaveActingMaster: bool = False
     syncBrokerMemberGroupPeriod: int = 1000
@@ -171,22 +186,51 @@ def _key_problem(key: str) -> str | None:
     return f"{key}: unknown key"
 
 
+# Properties.load(InputStream) reads bytes as ISO-8859-1; other characters are written as \uXXXX.
+CONF_ENCODING = "latin-1"
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # Properties' line terminators (a form feed is whitespace)
+_JAVA_WHITESPACE = "".join(map(chr, range(0x21)))  # what Java's String.trim() removes: U+0000..U+0020
+
+
+def _java_trim(value: str) -> str:
+    """``value`` as RocketMQ's ``MixAll.properties2Object`` takes it: ``String.trim()``."""
+    return value.strip(_JAVA_WHITESPACE)
+
+
+def _settings(text: str) -> list[javaproperties.PropertiesElement]:
+    """``text``'s logical lines (a key-value with its continuation lines, a comment, blank lines) as
+    ``Properties.load`` reads them. A malformed ``\\u`` escape (Java: IllegalArgumentException)
+    raises ConfigInvalid with the number of the line it starts on."""
+    elements: list[javaproperties.PropertiesElement] = []
+    try:
+        for element in javaproperties.parse(text):
+            elements.append(element)
+    except javaproperties.InvalidUEscapeError as exc:
+        line = 1 + sum(len(_LINE_BREAK.findall(e.source)) for e in elements)
+        raise ConfigInvalid([f"line {line}: {exc.escape}: a \\u escape takes four hexadecimal digits"]) from None
+    return elements
+
+
 def parse_properties(text: str) -> dict[str, str]:
-    out = {}
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ConfigInvalid([f"line {n}: expected key=value, got {line!r}"])
-        out[key.strip()] = value.strip()
-    return out
+    """``{key: value}`` as RocketMQ reads a broker.conf (the module's docstring): the last setting of
+    a key wins, every value trimmed."""
+    return {e.key: _java_trim(e.value) for e in _settings(text) if isinstance(e, javaproperties.KeyValue)}
 
 
 def _conf_text(value: object) -> str:
     """A value as broker.conf writes it: booleans ``true`` / ``false``."""
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# Escaped in a written value: the backslash, and every character outside printable ASCII. Nothing else
+# needs it after the separator (a value's ``=``, ``:``, ``#`` and ``!`` are its own), so a URL or a path
+# stays readable.
+_NEEDS_ESCAPE = re.compile(r"[^\x20-\x7e]|\\")
+
+
+def _setting_line(key: str, text: str) -> str:
+    """``key=text`` as one properties line that reads back as ``text`` (trimmed, as every value is)."""
+    return f"{key}={_NEEDS_ESCAPE.sub(lambda m: javaproperties.escape(m.group()), text)}\n"
 
 
 def render_conf(keys: Mapping[str, object]) -> str:
@@ -201,7 +245,7 @@ def render_conf(keys: Mapping[str, object]) -> str:
         text = _conf_text(value)
         if "\n" in text or "\r" in text:
             problems.append(f"{key}: the value must fit on one line")
-        lines.append(f"{key}={text}\n")
+        lines.append(_setting_line(key, text))
     if problems:
         raise ConfigInvalid(problems)
     return "".join(lines)
@@ -209,7 +253,7 @@ def render_conf(keys: Mapping[str, object]) -> str:
 
 def load(path: str | Path) -> BrokerConfig:
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding=CONF_ENCODING)
     except OSError as exc:
         raise ConfigInvalid([f"cannot read {path}: {exc.strerror}"]) from None
     return from_mapping(parse_properties(text))
@@ -288,6 +332,11 @@ def _check(c: BrokerConfig) -> list[str]:
         problems.append("controlPlaneToken: required (or controlPlaneTokenFile)")
     elif c.controlPlaneTokenFile and not c.controlPlaneToken and not Path(c.controlPlaneTokenFile).is_file():
         problems.append(f"controlPlaneTokenFile: {c.controlPlaneTokenFile} does not exist")
+    if c.compatibleWithOldNameSrv:
+        problems.append(
+            "compatibleWithOldNameSrv: true is for nameservers older than RIP-32 (heartbeats as QUERY_DATA_VERSION, "
+            "the member group through a topic route); the control plane is a new one: set false or leave it out"
+        )
     for key in (
         "brokerHeartbeatInterval",
         "registerNameServerPeriod",
@@ -381,7 +430,7 @@ def plan_update(config: BrokerConfig, updates: Mapping[str, object]) -> ConfigUp
         elif "\n" in value or "\r" in value:
             problems.append(f"{key}: the value must fit on one line")
         else:
-            texts[key] = value.strip()  # as parse_properties reads a line
+            texts[key] = _java_trim(value)  # as every value in broker.conf is taken
     if problems:
         raise ConfigInvalid(problems)
     old = conf_values(config)
@@ -403,22 +452,21 @@ def apply_update(shared: BrokerConfig, update: ConfigUpdate) -> None:
 
 
 def rewrite_conf(text: str, changes: Mapping[str, str]) -> str:
-    """``text`` (a broker.conf) with ``changes`` (``{key: text}``): each line setting a changed key is
-    replaced, every other line (comments, blank lines, other keys) kept as it was; a key the file did
-    not set is added at the end. So a restart keeps what an operator changed (RocketMQ persists
-    updateBrokerConfig to its broker.conf too)."""
-    lines, seen = text.splitlines(keepends=True), set()
-    for i, raw in enumerate(lines):
-        stripped = raw.strip()
-        if not stripped or stripped.startswith(("#", "!")) or "=" not in stripped:
-            continue
-        key = stripped.partition("=")[0].strip()
-        if key in changes:
-            lines[i] = f"{key}={changes[key]}\n"
-            seen.add(key)
-    if lines and not lines[-1].endswith("\n"):
+    """``text`` (a broker.conf) with ``changes`` (``{key: text}``): each setting of a changed key, in
+    whichever form it was written (``key: value``, continued over several lines, ...), is replaced by
+    one ``key=value`` line, every other line (comments, blank lines, other keys) kept as it was; a key
+    the file did not set is added at the end. So a restart keeps what an operator changed (RocketMQ
+    persists updateBrokerConfig to its broker.conf too)."""
+    lines, seen = [], set()
+    for element in _settings(text):
+        if isinstance(element, javaproperties.KeyValue) and element.key in changes:
+            lines.append(_setting_line(element.key, changes[element.key]))
+            seen.add(element.key)
+        else:
+            lines.append(element.source)
+    if lines and not lines[-1].endswith(("\n", "\r")):
         lines[-1] += "\n"
-    lines += [f"{key}={value}\n" for key, value in changes.items() if key not in seen]
+    lines += [_setting_line(key, value) for key, value in changes.items() if key not in seen]
     return "".join(lines)
 
 
@@ -426,4 +474,5 @@ def persist_changes(path: str | Path, changes: Mapping[str, str]) -> None:
     """Write ``changes`` into the broker.conf at ``path`` (``rewrite_conf``), atomically: a crash
     leaves the old file or the new one. Blocking: run it off the event loop."""
     path = Path(path)
-    write_text_atomically(path, rewrite_conf(path.read_text(), changes))
+    text = rewrite_conf(path.read_text(encoding=CONF_ENCODING), changes)
+    write_text_atomically(path, text, encoding=CONF_ENCODING)

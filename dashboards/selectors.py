@@ -384,7 +384,11 @@ def static_topics_view() -> dict:
 
 
 def configs() -> dict:
-    return {"controller": dict(controller_config().values), "nameserver": dict(nameserver_config().values)}
+    """Each config's sorted ``(key, value, note)`` rows; the note is its schema's (a key with no effect here)."""
+    return {
+        name: [(key, value, config.schema.notes.get(key, "")) for key, value in sorted(config.values.items())]
+        for name, config in (("controller", controller_config()), ("nameserver", nameserver_config()))
+    }
 
 
 def controller_groups() -> list[dict]:

@@ -324,7 +324,7 @@ def broker(request, broker_name: str, broker_id: int):
 @login_required
 def config(request):
     configs = selectors.configs()
-    sections = [(name, sorted(configs.get(name, {}).items())) for name in ("controller", "nameserver")]
+    sections = [(name, configs.get(name, [])) for name in ("controller", "nameserver")]
     return _page(request, "dashboards/config.html", {"sections": sections})
 
 

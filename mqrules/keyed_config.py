@@ -20,6 +20,9 @@ BROKER_SECRET_KEYS = frozenset({"controlPlaneToken", "peerToken"})
 
 Value = bool | int | str
 
+# The note of a RocketMQ thread-pool key (ConfigSchema.notes): both configs keep some.
+THREAD_POOL_NO_EFFECT = "No effect here: requests are served by the web server's workers, not Java thread pools."
+
 _TRUE_FALSE = "^(?:[Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"  # Java's Boolean.parseBoolean, as text
 _BOOLEAN = re.compile(_TRUE_FALSE)
 _DECIMAL = re.compile("^" + v.decimal_pattern(0, v.LONG_MAX) + "$")
@@ -41,6 +44,9 @@ class ConfigSchema:
     minimums: Mapping[str, int] = field(default_factory=dict)
     # Integer keys RocketMQ declares ``long``; every other integer key is a Java ``int``.
     longs: frozenset[str] = frozenset()
+    # What an operator must know about a key beyond its type, shown with it on the config page and in
+    # the API schema: chiefly that a key keeps RocketMQ's name and is accepted but has no effect here.
+    notes: Mapping[str, str] = field(default_factory=dict)
 
     def bounds(self, key: str) -> tuple[int, int]:
         return self.minimums.get(key, 0), v.LONG_MAX if key in self.longs else v.INT_MAX
@@ -66,15 +72,16 @@ class ConfigSchema:
         return raw  # type: ignore[return-value]
 
     def json_schema(self, key: str) -> dict:
-        """What ``parse`` takes for ``key``, as an OpenAPI schema."""
+        """What ``parse`` takes for ``key``, as an OpenAPI schema (with the key's note, if any)."""
+        note = {"description": self.notes[key]} if key in self.notes else {}
         default = self.defaults[key]
         if isinstance(default, bool):
-            return {"oneOf": [{"type": "boolean"}, {"type": "string", "pattern": _TRUE_FALSE}], "default": default}
+            return {"oneOf": [{"type": "boolean"}, {"type": "string", "pattern": _TRUE_FALSE}], "default": default, **note}
         if isinstance(default, int):
             low, high = self.bounds(key)
             as_text = {"type": "string", "pattern": "^" + v.decimal_pattern(low, high) + "$"}
-            return {"oneOf": [{"type": "integer", "minimum": low, "maximum": high}, as_text], "default": default}
-        return {"type": "string", "maxLength": v.TEXT_MAX_LENGTH, "pattern": v.TEXT_PATTERN, "default": default}
+            return {"oneOf": [{"type": "integer", "minimum": low, "maximum": high}, as_text], "default": default, **note}
+        return {"type": "string", "maxLength": v.TEXT_MAX_LENGTH, "pattern": v.TEXT_PATTERN, "default": default, **note}
 
     def update_json_schema(self) -> dict:
         """An update: any non-empty subset of the keys that may ever be updated."""

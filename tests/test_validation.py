@@ -264,6 +264,23 @@ def test_the_config_schema_says_what_parse_takes(schema):
             assert bool(re.fullmatch(text["pattern"], str(n))) == (low <= n <= high) == _parses(schema, key, str(n))
 
 
+@pytest.mark.parametrize(
+    "schema, keys",
+    [
+        (NAMESRV_CONFIG, {"enableControllerInNamesrv", "enableAllTopicList", "clientRequestThreadPoolNums"}),
+        (CONTROLLER_CONFIG, {"controllerType", "isProcessReadEvent", "controllerThreadPoolNums"}),
+    ],
+    ids=["NamesrvConfig", "ControllerConfig"],
+)
+def test_a_key_accepted_with_no_effect_says_so_in_its_schema(schema, keys):
+    """RocketMQ's keys with nothing to do here stay accepted (an operator's tools keep working), but the
+    config page and the API schema say they do nothing."""
+    assert keys <= schema.notes.keys() <= schema.defaults.keys()
+    for key, note in schema.notes.items():
+        assert note.startswith("No effect here: ") and schema.json_schema(key)["description"] == note
+    assert not schema.notes.keys() & {"supportActingMaster", "enableElectUncleanMaster", "scanNotActiveBrokerInterval"}
+
+
 def _parses(schema, key, raw) -> bool:
     try:
         schema.parse(key, raw)

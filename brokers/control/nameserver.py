@@ -181,7 +181,7 @@ class NameserverLink:
             }
             if self.water_levels is not None:
                 beat["waterLevels"] = self.water_levels()
-            reply = await self.call("heartbeat", beat)
+            reply = await self.call("heartbeat", beat, timeout=self.config.sendHeartbeatTimeoutMillis / 1000)
             if not reply.get("registered"):
                 log.info("the nameserver forgot this broker; registering again")
                 await self._register_or_log()

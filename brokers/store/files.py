@@ -11,11 +11,11 @@ def write_json_atomically(path: Path, body: object) -> None:
     write_text_atomically(path, json.dumps(body))
 
 
-def write_text_atomically(path: Path, text: str) -> None:
+def write_text_atomically(path: Path, text: str, encoding: str | None = None) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as f:
+    with open(tmp, "w", encoding=encoding) as f:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())

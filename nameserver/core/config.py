@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mqrules.keyed_config import ConfigError, ConfigSchema, KeyedConfig, Value
+from mqrules.keyed_config import THREAD_POOL_NO_EFFECT, ConfigError, ConfigSchema, KeyedConfig, Value
 
 __all__ = ["DEFAULTS", "ConfigError", "NamesrvConfig", "validate_update"]
 
@@ -31,6 +31,23 @@ DEFAULTS: dict[str, Value] = {
     "configBlackList": "configBlackList;configStorePath;kvConfigPath",
 }
 
+# Keys kept with RocketMQ's names and defaults, so that an operator's namesrv.conf and tools carry over,
+# that do nothing in this control plane: each says so where it is shown (the config page, the API).
+NO_EFFECT = {
+    "enableControllerInNamesrv": "No effect here: the controller always runs in the control plane, next to the nameserver.",
+    "unRegisterBrokerQueueCapacity": "No effect here: each unregistration is its own row-locked transaction, not a queued batch.",
+    "needWaitForService": "No effect here: the nameserver answers routes as soon as it runs.",
+    "waitSecondsForService": "No effect here: the nameserver answers routes as soon as it runs.",
+    "enableAllTopicList": "No effect here: the topic list (GET /api/v1/nameserver/topics) is always served.",
+    "enableTopicList": "No effect here: the topic list (GET /api/v1/nameserver/topics) is always served.",
+    "orderMessageEnable": "No effect here: there is no order-topic KV config; routes carry orderTopicConf null.",
+    "returnOrderTopicConfigToBroker": "No effect here: there is no order-topic KV config to return to brokers.",
+    "clientRequestThreadPoolNums": THREAD_POOL_NO_EFFECT,
+    "defaultThreadPoolNums": THREAD_POOL_NO_EFFECT,
+    "clientRequestThreadPoolQueueCapacity": THREAD_POOL_NO_EFFECT,
+    "defaultThreadPoolQueueCapacity": THREAD_POOL_NO_EFFECT,
+}
+
 SCHEMA = ConfigSchema(
     defaults=DEFAULTS,
     # Always refused, whatever configBlackList says (it cannot remove itself).
@@ -46,6 +63,7 @@ SCHEMA = ConfigSchema(
     },
     # NamesrvConfig.java: scanNotActiveBrokerInterval is a long; the other integers are ints.
     longs=frozenset({"scanNotActiveBrokerInterval"}),
+    notes=NO_EFFECT,
 )
 
 

@@ -188,8 +188,11 @@ def test_the_topics_page_shows_routes_as_clients_see_them(cluster, viewer):
 def test_the_config_page_shows_both_configs_read_only(cluster, viewer):
     page = html(viewer.get(reverse("dashboards:config")))
     assert 'id="config-controller"' in page and 'id="config-nameserver"' in page
-    assert 'data-key="enableElectUncleanMaster"' in page
-    assert 'data-key="supportActingMaster"' in page
+    assert '<tr data-key="enableElectUncleanMaster">' in page
+    assert '<tr data-key="supportActingMaster">' in page
+    # RocketMQ keys accepted with nothing to do here are marked so.
+    assert '<tr data-key="controllerType" class="no-effect">' in page and "No effect here: the controller keeps" in page
+    assert '<tr data-key="enableControllerInNamesrv" class="no-effect">' in page
     assert "<form" not in page.split("</header>")[1]
 
 

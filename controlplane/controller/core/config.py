@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mqrules.keyed_config import ConfigSchema, KeyedConfig, Value
+from mqrules.keyed_config import THREAD_POOL_NO_EFFECT, ConfigSchema, KeyedConfig, Value
 
 DEFAULTS: dict[str, Value] = {
     "controllerType": "DLedger",
@@ -20,6 +20,16 @@ DEFAULTS: dict[str, Value] = {
     "configStorePath": "~/controller/controller.properties",
 }
 
+# Keys kept with RocketMQ's names and defaults, so that an operator's controller.conf and tools carry
+# over, that do nothing in this control plane: each says so where it is shown (the config page, the API).
+NO_EFFECT = {
+    "controllerType": "No effect here: the controller keeps its state in PostgreSQL, not in DLedger or JRaft.",
+    "controllerThreadPoolNums": THREAD_POOL_NO_EFFECT,
+    "controllerRequestThreadPoolQueueCapacity": THREAD_POOL_NO_EFFECT,
+    "isProcessReadEvent": "No effect here: reads come from PostgreSQL; there is no replicated log to append them to.",
+    "configStorePath": "No effect here: this config is kept in PostgreSQL.",
+}
+
 SCHEMA = ConfigSchema(
     defaults=DEFAULTS,
     always_black_listed=frozenset({"configBlackList", "configStorePath", "rocketmqHome"}),
@@ -32,6 +42,7 @@ SCHEMA = ConfigSchema(
     },
     # ControllerConfig.java: the two scan intervals are longs; the other integers are ints.
     longs=frozenset({"scanNotActiveBrokerInterval", "scanInactiveMasterInterval"}),
+    notes=NO_EFFECT,
 )
 
 
