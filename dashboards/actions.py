@@ -1,20 +1,24 @@
 """Operator actions on replica groups: elect (automatic or a designated replica), isolate, write
 permission, clean broker metadata. Each one goes through the same services as the REST API and is
 written to the operator audit log with the state before and after, in the transaction that makes the
-change (``@audited``): the change and its record commit together or not at all."""
+change (``@audited``; an election: the controller's own, ``api.elect_recorded``): the change and its
+record commit together or not at all."""
 
 from __future__ import annotations
 
 import functools
 
 from django.db import transaction
+from rest_framework.exceptions import ValidationError
 
 from controlplane import audit
+from controlplane.auth import Caller
+from controlplane.controller import api as controller_api
 from controlplane.controller import selectors as ctl
 from controlplane.controller import services
 from controlplane.controller.core import rules
 from controlplane.controller.core.preview import ElectionPreview
-from controlplane.controller.core.state import Trigger
+from controlplane.errors import ApiError
 from controlplane.operations import isolation
 from mqrules.codes import ResponseCode
 from nameserver import services as ns_services
@@ -50,30 +54,57 @@ def audited(action):
     return run
 
 
-@audited
+# What an election changes of a group's state as the pages show it (isolation and the acting master it
+# leaves alone): the controller's answer carries these.
+_ELECTED = ("masterBrokerId", "masterAddress", "masterEpoch", "syncStateSet", "syncStateSetEpoch")
+
+
 def elect(actor: str, broker_name: str, broker_id: int | None) -> dict:
-    before = selectors.group_state(broker_name) or {}
+    """The controller's election as its REST and websocket calls run it (``api.elect_recorded``),
+    audited with the state before and after. The state is read before the election's transaction and
+    after its commit, never under the group's row lock; the record commits with the change, its
+    ``after`` the state the election answered."""
+    before = selectors.group_state(broker_name)
     if not before:
         raise ActionError(f"{broker_name} is not managed by the controller", status=404)
-    outcome = services.elect_master(
-        broker_name, broker_id=broker_id, designate=broker_id is not None, trigger=Trigger.OPERATOR, requested_by=actor
-    )
+    request = {"brokerName": broker_name, "brokerId": broker_id, "designateElect": broker_id is not None}
+
+    def record(answer: dict | None, refusal: Exception | None) -> None:
+        result, detail, state = _election_outcome(answer, refusal)
+        audit.record(
+            actor,
+            "elect_master",
+            cluster_name=state.get("clusterName", ""),
+            broker_name=broker_name,
+            broker_id=broker_id,
+            params={"brokerId": broker_id},
+            before=before,
+            after={**before, **{k: state[k] for k in _ELECTED if k in state}},
+            result=result,
+            detail=detail,
+        )
+
+    answer, refusal = None, None
+    try:
+        answer = controller_api.elect_recorded(request, Caller(actor), record)
+    except ApiError as exc:  # a refusal, recorded with the change it made (if any)
+        refusal = exc
+    except ValidationError as exc:
+        raise ActionError("invalid input", exc.detail) from exc
+    result, detail, _ = _election_outcome(answer, refusal)
     after = selectors.group_state(broker_name) or {}
-    ok = outcome.code == ResponseCode.SUCCESS
-    result = "ok" if ok else ResponseCode(outcome.code).name
-    audit.record(
-        actor,
-        "elect_master",
-        cluster_name=(outcome.state.cluster_name if outcome.state else ""),
-        broker_name=broker_name,
-        broker_id=broker_id,
-        params={"brokerId": broker_id},
-        before=before,
-        after=after,
-        result=result,
-        detail=outcome.detail or "",
-    )
-    return {"ok": ok, "result": result, "detail": outcome.detail or "", "before": before, "after": after}
+    return {"ok": result == "ok", "result": result, "detail": detail, "before": before, "after": after}
+
+
+def _election_outcome(answer: dict | None, refusal: Exception | None) -> tuple[str, str, dict]:
+    """An election's result as the audit log keeps it ("ok" or the code's name), its detail, and the
+    state it answered (a refusal's: the state as it left it)."""
+    if isinstance(refusal, ApiError):
+        return refusal.rocketmq_code.name, str(refusal.detail), refusal.extra
+    if refusal is not None or answer is None:
+        return type(refusal).__name__, str(refusal), {}
+    code = ResponseCode(answer["code"])
+    return ("ok" if code == ResponseCode.SUCCESS else code.name), answer.get("detail", ""), answer
 
 
 @audited

@@ -1,4 +1,5 @@
-"""REST endpoints of the nameserver (/api/v1/nameserver/). Thin: validate, call a service, shape."""
+"""REST endpoints of the nameserver (/api/v1/nameserver/). Thin: validate, call a service, shape; the
+broker-facing ones (register, unregister, heartbeat, member group) each call one operation of ``api.py``."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ from controlplane.openapi import AUTH, BODY, errors
 from controlplane.validation_drf import checked_param, name_parameter
 from mqrules.topic_attributes import TOPIC_MESSAGE_TYPES
 
-from . import broker_status, responses, selectors, services, settings_store, static_topics, water_levels, wire
+from . import api, broker_status, responses, selectors, services, settings_store, static_topics, water_levels, wire
 from .core.config import DEFAULTS as CONFIG_DEFAULTS
 from .core.config import SCHEMA as CONFIG_SCHEMA
-from .core.registry import RegisterOutcome
 from .serializers import (
     TOPIC_DELETE_MAX_BROKERS,
     WATER_LEVELS_SCHEMA,
@@ -36,11 +36,8 @@ from .serializers import (
 )
 
 # The answers as the schema declares them (responses.py); errors are controlplane.openapi's.
+_ok = api.ok
 UNKNOWN_SETS = "Unknown broker set(s): 211 BROKER_NOT_EXIST."
-
-
-def _ok(**extra) -> dict:
-    return {"code": 0, "name": "SUCCESS", **extra}
 
 
 def _unknown_brokers(exc: services.UnknownBrokers) -> ApiError:
@@ -68,27 +65,7 @@ class RegisterBrokerView(APIView):
         "with 2000 CONTROLLER_FENCED_MASTER_EPOCH.",
     )
     def post(self, request):
-        s = RegisterBrokerSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        caller_of(request).check(clusters=[s.validated_data["clusterName"]], broker_sets=[s.validated_data["brokerName"]])
-        return Response(register_response(services.register_broker(s.to_request())))
-
-
-def register_response(result: services.RegisterResult) -> dict:
-    """The answer to a registration, shared by REST and the websocket; raises ApiError on refusal."""
-    if result.outcome is RegisterOutcome.REFUSED_STALE_STATE_VERSION:
-        raise ApiError(
-            ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH,
-            "another address holds this broker id with a higher stateVersion "
-            f"({result.conflicting_state_version}); this registration is stale",
-            conflictingStateVersion=result.conflicting_state_version,
-        )
-    if result.outcome is RegisterOutcome.REFUSED_SINGLE_TOPIC:
-        raise ApiError(
-            ResponseCode.SYSTEM_ERROR,
-            "register broker failed: a single-topic registration needs a prior full registration",
-        )
-    return _ok(masterAddr=result.master_addr, haServerAddr=result.master_ha_addr, isolated=result.isolated)
+        return Response(api.register(request.data, caller_of(request)))
 
 
 class UnregisterBrokerView(APIView):
@@ -100,12 +77,7 @@ class UnregisterBrokerView(APIView):
         responses={200: responses.UnregisterAnswer, **errors(*BODY)},
     )
     def post(self, request):
-        s = UnregisterSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        d = s.validated_data
-        caller_of(request).check(clusters=[d["clusterName"]], broker_sets=[d.get("brokerName")])
-        result = services.unregister_broker(d["clusterName"], d["brokerAddr"], broker_name=d.get("brokerName"))
-        return Response(_ok(unregistered=result is not None))
+        return Response(api.unregister(request.data, caller_of(request)))
 
 
 class HeartbeatView(APIView):
@@ -120,15 +92,7 @@ class HeartbeatView(APIView):
         f"{water_levels.TTL_MILLIS // 1000} s) as the broker's latest; see getWaterLevels.",
     )
     def post(self, request):
-        s = HeartbeatSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        d = s.validated_data
-        reported = (d.get("waterLevels") or {}).get("brokerName")
-        caller_of(request).check(clusters=[d["clusterName"]], broker_sets=[d.get("brokerName"), reported])
-        registered = services.record_heartbeat(d["clusterName"], d["brokerAddr"])
-        if d.get("waterLevels") is not None:
-            water_levels.store([water_levels.WaterLevelReport(d["clusterName"], d["brokerAddr"], d["waterLevels"])])
-        return Response(_ok(registered=registered))
+        return Response(api.heartbeat(request.data, caller_of(request)))
 
 
 _REPORTED_WATER_LEVELS = {
@@ -175,14 +139,7 @@ class MemberGroupView(APIView):
         description="GET_BROKER_MEMBER_GROUP (901). Looked up by brokerName; an unknown set has no members.",
     )
     def get(self, request):
-        s = MemberGroupQuerySerializer(data=request.query_params.dict())
-        s.is_valid(raise_exception=True)
-        d = s.validated_data
-        caller_of(request).check(clusters=[d.get("clusterName")], broker_sets=[d["brokerName"]])
-        group = selectors.member_group(d["brokerName"])
-        if group is None:
-            return Response({"cluster": d.get("clusterName", ""), "brokerName": d["brokerName"], "brokerAddrs": {}})
-        return Response(wire.member_group(group))
+        return Response(api.member_group(request.query_params.dict(), caller_of(request)))
 
 
 class ClusterInfoView(APIView):

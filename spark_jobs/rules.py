@@ -14,7 +14,7 @@ unclean = a replica outside the SyncStateSet).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import pairwise
@@ -259,8 +259,3 @@ def judge(found: Iterable[Decrease], history: History, reset_slack_ms: int = RES
 def rollbacks(commits: Iterable[tuple[Queue, Commit]], history: History, reset_slack_ms: int = RESET_SLACK_MS) -> Judgement:
     """The audit's rollback findings, straight from the definitions: the reference the job is tested against."""
     return judge(decreases(commits), history, reset_slack_ms)
-
-
-def sorted_findings(findings: Sequence[Finding]) -> list[Finding]:
-    """Findings in a canonical order (queue, then time), for comparing two audits of the same events."""
-    return sorted(findings, key=Finding.identity)

@@ -5,6 +5,9 @@ answer or raise ``ApiError``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from django.db import transaction
 from rest_framework import status
 
 from controlplane.auth import Caller
@@ -138,6 +141,26 @@ def elect(data: dict, caller: Caller, *, operator: bool) -> dict:
     )
     # MASTER_STILL_EXIST is treated as success by brokers (reference §1.5 step 5).
     return _answer(outcome, ok_codes=(C.SUCCESS, C.CONTROLLER_MASTER_STILL_EXIST))
+
+
+def elect_recorded(data: dict, caller: Caller, record: Callable[[dict | None, Exception | None], object]) -> dict:
+    """An operator's ``elect`` and the audit record of it in one transaction: ``record(answer, refusal)``
+    writes the record once the election has decided (under the group's row lock, which the election
+    holds until the commit), and the record commits with whatever the election wrote. A refusal
+    (invalid input, a code other than success) is recorded too, then raised. The operator's REST call
+    gets the same from ``AuditMiddleware``; the websocket's and the dashboard's call this."""
+    refusal: Exception | None = None
+    with transaction.atomic():
+        try:
+            answer = elect(data, caller, operator=True)
+        except Exception as exc:  # recorded, then raised once the record committed
+            refusal = exc
+            record(None, refusal)
+        else:
+            record(answer, None)
+    if refusal is not None:
+        raise refusal
+    return answer
 
 
 def alter(data: dict, caller: Caller) -> dict:

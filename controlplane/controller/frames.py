@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 
 from channels.db import database_sync_to_async
-from django.db import transaction
 
 from controlplane import audit, ws
 from controlplane.celery import app as celery_app
@@ -52,12 +51,8 @@ async def elect_master(connection: ws.BrokerConsumer, payload: dict) -> dict:
 def _elect_as_operator(payload: dict, caller) -> dict:
     """An admin token electing over the socket is an operator: the election and its audit record
     (action ``frame elect_master``, refusals too) commit together, as for the REST call."""
-    refusal: Exception | None = None
-    with transaction.atomic():
-        try:
-            answer = api.elect(payload, caller, operator=True)
-        except Exception as exc:  # a refusal (ApiError, invalid input): recorded, then answered
-            refusal, answer = exc, {}
+
+    def record(answer: dict | None, refusal: Exception | None) -> None:
         code = getattr(refusal, "rocketmq_code", None)
         audit.record(
             caller.name,
@@ -66,11 +61,10 @@ def _elect_as_operator(payload: dict, caller) -> dict:
             cluster_name=str(payload.get("clusterName") or ""),
             params=payload,
             result="ok" if refusal is None else (code.name if code is not None else type(refusal).__name__),
-            detail=str(answer.get("name", "")) if refusal is None else str(refusal),
+            detail=str((answer or {}).get("name", "")) if refusal is None else str(refusal),
         )
-    if refusal is not None:
-        raise refusal
-    return answer
+
+    return api.elect_recorded(payload, caller, record)
 
 
 async def closed(connection: ws.BrokerConsumer) -> None:

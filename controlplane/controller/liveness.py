@@ -251,8 +251,3 @@ def connections(members: Sequence[str]) -> dict[str, str]:
 
 async def release_connection(value: str, channel_name: str) -> bool:
     return bool(await async_client().eval(LUA_RELEASE_IF_BOUND, 1, _keys()[1], value, channel_name))
-
-
-def live_groups() -> set[tuple[str, str]]:
-    """(cluster, brokerName) of every broker set with a heartbeat entry, for the inactive-master scan."""
-    return {split_member(m)[:2] for m in sync_client().zrange(_keys()[0], 0, -1)}

@@ -23,10 +23,6 @@ def is_writeable(perm: int) -> bool:
     return bool(perm & Perm.WRITE)
 
 
-def is_readable(perm: int) -> bool:
-    return bool(perm & Perm.READ)
-
-
 def without_write(perm: int) -> int:
     return perm & ~Perm.WRITE
 

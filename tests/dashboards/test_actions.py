@@ -142,6 +142,30 @@ def test_elect_preview_then_a_designated_election_is_applied_and_audited(group):
     assert entry.before["masterBrokerId"] == 1 and entry.after["masterBrokerId"] == 2
 
 
+def test_an_election_reads_the_state_outside_the_lock_and_records_it_in_the_elections_transaction(group, monkeypatch):
+    """The page's election runs as the controller's api does (``elect_recorded``): the group's row lock
+    lives only in the election's transaction, the state before and after is read outside any, and the
+    record commits in it with the state the election answered."""
+    from django.db import transaction
+
+    from dashboards import selectors
+
+    in_transaction = []
+    read = selectors.group_state
+
+    def watched(broker_name):
+        in_transaction.append(transaction.get_connection().in_atomic_block)
+        return read(broker_name)
+
+    monkeypatch.setattr(selectors, "group_state", watched)
+    status, result = post(user("op", operator=True), "/groups/g1/elect", {"brokerId": 2})
+    assert status == 200 and result["ok"] and in_transaction == [False, False]
+    entry = OperatorAction.objects.get()
+    assert entry.after == result["after"]  # what the election answered is what a read after it shows
+    assert (entry.after["masterBrokerId"], entry.after["masterEpoch"], entry.after["syncStateSet"]) == (2, 2, [2])
+    assert entry.cluster_name == "c1" and entry.detail == ""
+
+
 def test_isolating_a_broker_removes_it_from_routes_and_elections_until_lifted(group):
     op = user("op", operator=True)
     route = ns_selectors.topic_route("TopicA")

@@ -8,6 +8,7 @@ import json
 import time
 
 import pytest
+from asgiref.sync import sync_to_async
 from rest_framework.test import APIClient
 
 from controlplane.models import ApiToken
@@ -300,6 +301,48 @@ def test_water_levels_sent_over_rest_are_served(broker_token, read_token):
     (levels,) = served(read_token, clusterName="c1")
     assert before <= levels["reportedAtMs"] <= redis_now_ms()
     assert levels == as_served(MASTER_LEVELS, M, levels["reportedAtMs"])
+
+
+def test_water_levels_sent_over_rest_are_announced_and_reach_a_dashboard_page(broker_token):
+    # As over the socket: the nameserver announces (nameserver.signals), the dashboard pushes to its pages.
+    from channels.testing import WebsocketCommunicator
+    from django.contrib.auth.models import User
+    from django.db import connections
+
+    from dashboards.live import DashboardConsumer
+    from nameserver.signals import water_levels_reported
+
+    viewer = User.objects.create_user("watcher", password="x" * 12)
+    broker = client(broker_token)
+    assert broker.post(f"{NS}/brokers/register", register_body(0, M), format="json").status_code == 200
+    heard: list[list[dict]] = []
+
+    async def listener(sender, reports, **kwargs):
+        heard.append(reports)
+
+    water_levels_reported.connect(listener)
+    try:
+
+        async def scenario():
+            page = WebsocketCommunicator(DashboardConsumer.as_asgi(), "/ws/dashboard/")
+            page.scope["user"] = viewer
+            assert (await page.connect())[0]
+            await page.send_to(text_data=json.dumps({"subscribe": "b1"}))
+            assert json.loads(await page.receive_from(timeout=5))["type"] == "subscribed"
+            # A sync view under an event loop, as the ASGI server runs it.
+            r = await sync_to_async(broker.post)(f"{NS}/brokers/heartbeat", beat(M, MASTER_LEVELS), format="json")
+            assert r.status_code == 200 and r.json()["registered"] is True
+            update = json.loads(await page.receive_from(timeout=5))
+            await page.disconnect()
+            await sync_to_async(connections.close_all)()
+            return update
+
+        update = run(scenario)
+    finally:
+        water_levels_reported.disconnect(listener)
+    ((announced,),) = heard
+    assert announced == {**MASTER_LEVELS, "clusterName": "c1", "brokerAddr": M, "reportedAtMs": announced["reportedAtMs"]}
+    assert (update["kind"], update["brokerName"], update["data"]["reports"]) == ("water_levels", "b1", [announced])
 
 
 def test_a_rest_heartbeat_without_water_levels_answers_as_before(broker_token, read_token):
