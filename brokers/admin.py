@@ -13,30 +13,32 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mqrules import validation
 from mqrules.codes import ResponseCode
 
 from .config import (
     DYNAMIC_KEYS,
+    BrokerConfig,
     ConfigInvalid,
     apply_update,
     persist_changes,
     plan_update,
     reported_values,
 )
-from .control.nameserver import ControlPlaneError, RequestRefused
+from .control.nameserver import ControlPlane, ControlPlaneError, RequestRefused
 from .grpc.consumer import NotStored
-from .meta import MAX_NAME
-from .metalog import MetaMode
+from .ha.gate import WritePermission
+from .ha.service import HAService
+from .meta import MAX_NAME, ConsumerMeta
+from .metalog import MetaLog, MetaMode
 from .pop import now_ms
 from .store import codec
-from .topics import TopicConfig
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from .store.store import MessageStore
+from .topics import TopicConfig, TopicConfigManager
 
 log = logging.getLogger("brokers.admin")
 
@@ -92,12 +94,49 @@ def parse_reset(payload: dict) -> tuple[str, str, int | None, int | None, bool]:
     return payload["group"], payload["topic"], timestamp, offset, preview
 
 
+class StaticMappings(Protocol):
+    def get(self, topic: str) -> object | None:
+        """The static topic's mapping on this broker (None: not a static topic)."""
+
+
+class ConsumerQueues(Protocol):
+    """What an operator's view and resets need of the client endpoint's consumer side."""
+
+    static: StaticMappings
+
+    async def first_offset(self, topic: str, queue_id: int, end: int) -> int: ...
+
+    async def search_offset(self, topic: str, queue_id: int, wanted: int) -> int: ...
+
+    async def reset_queue(self, group: str, topic: str, queue_id: int, offset: int, source: str) -> None: ...
+
+
 class BrokerAdmin:
-    def __init__(self, broker: Broker, config_path: Path | None):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        config_path: Path | None,
+        *,
+        link: ControlPlane,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        meta: ConsumerMeta,
+        metalog: MetaLog,
+        ha: HAService,
+        permission: WritePermission,
+        consumers: Callable[[], ConsumerQueues | None],
+        config_changed: Callable[[], None],
+    ):
         """``config_path``: the broker.conf the broker was started from, where changes are kept (None:
-        they last until the process stops)."""
-        self.broker = broker
+        they last until the process stops). ``consumers()``: the client endpoint's consumer side (None
+        until it serves). ``config_changed()``: an operator's change was applied to ``config`` (the
+        parts that derived values from it at startup take them again)."""
+        self.config = config
         self.config_path = config_path
+        self.link, self.store, self.topics, self.meta, self.metalog = link, store, topics, meta, metalog
+        self.ha, self.permission = ha, permission
+        self.consumers = consumers
+        self.config_changed = config_changed
         self.started_at_ms = now_ms()
         # (topic, queueId) -> (the store's truncation count, the queue's first offset): a queue's first
         # message moves only when the log is cut or restarted, so the report reads it once.
@@ -106,19 +145,15 @@ class BrokerAdmin:
         # A change an operator made is reported at once: what the pages and rmqha show next is the change.
         self._report_now = asyncio.Event()
 
-    def requests(self) -> dict:
-        """The handlers for ``NameserverLink.on_request``."""
-        return {"update_broker_config": self.update_broker_config, "reset_offset": self.reset_offset}
-
     # --- the report -------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Report every brokerStatusReportInterval (read each time: an operator may change it) while
         the control plane is connected; a report that fails is simply the next one's to make."""
-        link = self.broker.nameserver
+        link = self.link
         while True:
             try:
-                await asyncio.wait_for(self._report_now.wait(), self.broker.config.brokerStatusReportInterval / 1000)
+                await asyncio.wait_for(self._report_now.wait(), self.config.brokerStatusReportInterval / 1000)
             except TimeoutError:
                 pass
             self._report_now.clear()
@@ -132,27 +167,26 @@ class BrokerAdmin:
                 log.exception("broker status report failed")
 
     async def status_report(self) -> dict:
-        b = self.broker
-        c, store = b.config, b.store
+        c, store, permission = self.config, self.store, self.permission
         now = now_ms()
-        topics = {name: tc for name, tc in b.topics.topics.items() if reported_topic(name)}
+        topics = {name: tc for name, tc in self.topics.topics.items() if reported_topic(name)}
         offsets = []
-        for key, offset in b.consumer_meta.offsets.offsets.items():
+        for key, offset in self.meta.offsets.offsets.items():
             group, topic, queue_id = key.rsplit("@", 2)
             if reported_topic(topic) and validation.is_name(group):
                 offsets.append([group, topic, int(queue_id), offset])
         return {
             "clusterName": c.brokerClusterName,
             "brokerName": c.brokerName,
-            "brokerId": b.nameserver.broker_id,  # the id it registers with (controller mode: its role's)
+            "brokerId": self.link.broker_id,  # the id it registers with (controller mode: its role's)
             "brokerAddr": c.broker_addr,
             "status": {
-                "role": b.ha.role.value,
-                "metaMode": b.metalog.mode.value,
-                "masterEpoch": b.ha.epochs.last_epoch(),
-                "writable": b.permission.writable,
-                "writeRefusal": b.permission.refusal(),
-                "isolated": b.permission.facts.isolated,
+                "role": self.ha.role.value,
+                "metaMode": self.metalog.mode.value,
+                "masterEpoch": self.ha.epochs.last_epoch(),
+                "writable": permission.writable,
+                "writeRefusal": permission.refusal(),
+                "isolated": permission.facts.isolated,
                 "commitLogMinOffset": store.min_offset,
                 "commitLogMaxOffset": store.max_offset,
                 "confirmOffset": store.confirm_offset,
@@ -161,7 +195,7 @@ class BrokerAdmin:
                 "storeCodec": codec.IMPLEMENTATION,
                 "pid": os.getpid(),
                 "topics": len(topics),
-                "consumerGroups": len(b.consumer_meta.groups),
+                "consumerGroups": len(self.meta.groups),
             },
             "config": reported_values(c),
             "dynamicKeys": sorted(DYNAMIC_KEYS),
@@ -171,7 +205,7 @@ class BrokerAdmin:
         }
 
     async def _queues(self, topics: dict[str, TopicConfig]) -> list[list]:
-        store, seen, out = self.broker.store, {}, []
+        store, seen, out = self.store, {}, []
         for name, tc in sorted(topics.items()):
             for queue_id in queue_ids(tc):
                 end = store.max_queue_offset(name, queue_id)
@@ -189,7 +223,10 @@ class BrokerAdmin:
     async def _first_offset(self, topic: str, queue_id: int, end: int) -> int:
         if end == 0:
             return 0
-        return await self.broker.grpc_service.first_offset(topic, queue_id, end)
+        consumers = self.consumers()
+        if consumers is None:  # (the reports start once the client endpoint serves)
+            raise RuntimeError("the client endpoint does not serve yet")
+        return await consumers.first_offset(topic, queue_id, end)
 
     # --- update_broker_config ---------------------------------------------------------------------
 
@@ -205,7 +242,7 @@ class BrokerAdmin:
             fields["preview"] = ["must be true or false"]
         if fields:
             raise _invalid(fields)
-        config = self.broker.config
+        config = self.config
         async with self._updating:
             try:
                 update = plan_update(config, updates)
@@ -214,7 +251,7 @@ class BrokerAdmin:
             persisted = False
             if not preview and update.changed:
                 apply_update(config, update)
-                self._rebuild_derived()
+                self.config_changed()
                 log.warning(
                     "configuration changed by an operator: %s",
                     ", ".join(f"{key} {old} -> {new}" for key, (old, new) in update.changed.items()),
@@ -226,16 +263,6 @@ class BrokerAdmin:
             "config": reported_values(update.config if preview else config),
             "persisted": persisted,
         }
-
-    def _rebuild_derived(self) -> None:
-        """The values components derived from the configuration at startup, taken again (the keys
-        they come from are in DYNAMIC_KEYS; every other dynamic key is read at use time)."""
-        b, c = self.broker, self.broker.config
-        b.ha.config_changed()  # QuorumConfig: inSyncReplicas ... slaveTimeout
-        b.metalog.revive_after_takeover_ms = c.popReviveAfterTakeoverMillis
-        if b.grpc_service is not None:
-            transactions = b.grpc_service.transactions
-            transactions.timeout_ms, transactions.check_max = c.transactionTimeOut, c.transactionCheckMax
 
     async def _persist(self, changes: dict[str, str]) -> bool:
         if self.config_path is None:
@@ -257,24 +284,23 @@ class BrokerAdmin:
         offset: clamped into [minOffset, maxOffset], -1 for maxOffset. Only the serving master
         (metalog WRITER) answers; a preview computes the same and changes nothing."""
         group, topic, timestamp, offset, preview = parse_reset(payload)
-        b = self.broker
-        grpc = b.grpc_service
-        if b.metalog.mode is not MetaMode.WRITER or grpc is None:
+        name, metalog = self.config.brokerName, self.metalog
+        grpc = self.consumers()
+        if metalog.mode is not MetaMode.WRITER or grpc is None:
             raise RequestRefused.of(
                 ResponseCode.SYSTEM_ERROR,
-                f"not the master of {b.config.brokerName} (consumer metadata {b.metalog.mode.value}): "
-                "offsets are reset by the serving master",
+                f"not the master of {name} (consumer metadata {metalog.mode.value}): offsets are reset by the serving master",
             )
-        tc = b.topics.topics.get(topic)
+        tc = self.topics.topics.get(topic)
         if tc is None or not reported_topic(topic):
-            raise RequestRefused.of(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on {b.config.brokerName}")
+            raise RequestRefused.of(ResponseCode.TOPIC_NOT_EXIST, f"topic {topic} does not exist on {name}")
         if grpc.static.get(topic) is not None:
             raise RequestRefused.of(
                 ResponseCode.INVALID_PARAMETER, f"{topic} is a static topic: its logical queues' offsets are not reset here"
             )
         queues = []
         for queue_id in queue_ids(tc):
-            end = b.store.max_queue_offset(topic, queue_id)
+            end = self.store.max_queue_offset(topic, queue_id)
             first = await self._first_offset(topic, queue_id, end)
             if timestamp is not None:
                 new = await grpc.search_offset(topic, queue_id, timestamp)
@@ -291,10 +317,8 @@ class BrokerAdmin:
             )
         if not preview:
             for q in queues:
-                if b.metalog.mode is not MetaMode.WRITER:  # deposed meanwhile: its records would not be written
-                    raise RequestRefused.of(
-                        ResponseCode.SYSTEM_ERROR, f"{b.config.brokerName} stopped serving as master during the reset"
-                    )
+                if metalog.mode is not MetaMode.WRITER:  # deposed meanwhile: its records would not be written
+                    raise RequestRefused.of(ResponseCode.SYSTEM_ERROR, f"{name} stopped serving as master during the reset")
                 try:
                     await grpc.reset_queue(group, topic, q["queueId"], q["newOffset"], OPERATOR_RESET)
                 except NotStored as exc:
@@ -316,7 +340,7 @@ class BrokerAdmin:
     def _committed(self, group: str, topic: str, queue_id: int) -> int | None:
         """What the group consumes next on the queue (None: it never consumed it here): its pop
         state's, which the offset table follows within a revive round."""
-        state = self.broker.consumer_meta.pop.queues.get((group, topic, queue_id))
+        state = self.meta.pop.queues.get((group, topic, queue_id))
         if state is not None:
             return state.acked_below
-        return self.broker.consumer_meta.offsets.get(group, topic, queue_id)
+        return self.meta.offsets.get(group, topic, queue_id)

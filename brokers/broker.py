@@ -1,18 +1,27 @@
-"""The broker process: store + membership, one event loop, every task owned and cancelled on stop."""
+"""The broker process: store + membership, one event loop, every task owned and cancelled on stop.
+
+The composition root: the one module that knows every part. It builds them and hands each, through
+its constructor, the ports it needs (the parts it calls, and callables for what it tells). Where two
+parts need each other, the one built first (the HA service and the nameserver link, which the
+replicas manager, the member-group tracker and the admin need) is handed a method of ``Broker``
+that forwards to the later part ("Late binding" below): written once here, not assigned onto parts.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
-import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 from .admin import BrokerAdmin
 from .config import BrokerConfig
+from .control.members import PUSH as MIN_BROKER_PUSH
 from .control.members import MemberGroupTracker, parse_member_group
-from .control.nameserver import ControlPlaneError, NameserverLink
+from .control.nameserver import ControlPlaneError, LinkHooks, NameserverLink
+from .control.offset_reports import OffsetReporter
 from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, ResponseCode
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
@@ -32,83 +41,16 @@ from .transaction_check import TransactionChecks
 
 log = logging.getLogger("brokers")
 
-OFFSET_REPORT_INTERVAL_S = 1.0
-OFFSET_REPORT_MAX_EVENTS = 5000  # per frame (the control plane takes at most 10,000)
 
-
-class OffsetReporter:
-    """Reports consumer-offset commits to the control plane's audit event store (docs/audits.md):
-    every second the offsets that changed (source client_commit), and, when this broker
-    starts serving as master at an epoch, its whole table once (master_takeover), so a failover onto
-    stale offsets shows at once and with its exact size. Pending reports are keyed by queue and
-    source, the latest offset winning: while the control plane is unreachable they stay bounded by
-    the number of queues, only intermediate values of a queue are lost, and a correction, a takeover
-    or a pre-online adoption is never hidden by a client commit that followed it."""
-
-    def __init__(self, broker: Broker):
-        self.broker = broker
-        self.pending: dict[tuple[str, str, int, str], tuple[int, int]] = {}  # (queue, source) -> (offset, ms)
-        self._served_epoch: int | None = None
-
-    def committed(self, group: str, topic: str, queue_id: int, offset: int, source: str = "client_commit") -> None:
-        self.pending[(group, topic, queue_id, source)] = (offset, int(time.time() * 1000))
-
-    def whole_table(self, source: str) -> None:
-        """Every offset this broker holds, once (a takeover, a pre-online adoption)."""
-        now = int(time.time() * 1000)
-        for key, offset in self.broker.consumer_meta.offsets.offsets.items():
-            group, topic, queue_id = key.rsplit("@", 2)
-            self.pending[(group, topic, int(queue_id), source)] = (offset, now)
-
-    def _note_takeover(self) -> None:
-        ha, store = self.broker.ha, self.broker.store
-        epoch = ha.epochs.last_epoch()
-        if ha.role.value == "SLAVE" or not store.writable or epoch == self._served_epoch:
-            return
-        self._served_epoch = epoch
-        self.whole_table("master_takeover")
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(OFFSET_REPORT_INTERVAL_S)
-            self._note_takeover()
-            if not self.pending or not self.broker.nameserver.connected.is_set():
-                continue
-            sending, self.pending = self.pending, {}
-            try:
-                await self._send(sending)
-            except Exception as exc:  # keep what was not sent, unless a newer offset came meanwhile
-                for queue, value in sending.items():
-                    self.pending.setdefault(queue, value)
-                log.info("offset report failed (%s); retrying with the next one", exc)
-
-    async def _send(self, sending: dict[tuple[str, str, int, str], tuple[int, int]]) -> None:
-        c, ha, store = self.broker.config, self.broker.ha, self.broker.store
-        head = {
-            "clusterName": c.brokerClusterName,
-            "brokerName": c.brokerName,
-            "brokerId": ha.broker_id,
-            "role": ha.role.value,
-            "masterEpoch": ha.epochs.last_epoch(),
-        }
-        dv = self.broker.consumer_meta.data_version
-        head["dataVersion"] = {"stateVersion": dv.state_version, "counter": dv.counter, "timestamp": dv.timestamp}
-        events = [
-            {
-                "consumerGroup": g,
-                "topic": t,
-                "queueId": q,
-                "offset": off,
-                "source": src,
-                "timestampMs": ms,
-                "queueMaxOffset": store.max_queue_offset(t, q),
-            }
-            for (g, t, q, src), (off, ms) in sending.items()
-        ]
-        for start in range(0, len(events), OFFSET_REPORT_MAX_EVENTS):
-            await self.broker.nameserver.call(
-                "offset_events", {**head, "events": events[start : start + OFFSET_REPORT_MAX_EVENTS]}
-            )
+def store_config(config: BrokerConfig) -> StoreConfig:
+    return StoreConfig(
+        Path(config.storePathRootDir),
+        mapped_file_size_commit_log=config.mappedFileSizeCommitLog,
+        flush_disk_type=FlushDiskType(config.flushDiskType),
+        flush_interval_commit_log=config.flushIntervalCommitLog,
+        flush_commit_log_least_pages=config.flushCommitLogLeastPages,
+        flush_commit_log_thorough_interval=config.flushCommitLogThoroughInterval,
+    )
 
 
 class Broker:
@@ -116,82 +58,127 @@ class Broker:
         """``config_path``: the broker.conf ``config`` was read from (an operator's changes are kept there)."""
         self.config = config
         root = Path(config.storePathRootDir)
+        controller = config.enableControllerMode
+        classic_acting = config.enableSlaveActingMaster and not controller
+        self.pre_online = classic_acting and not config.skipPreOnline and config.totalReplicas > 1
         # The one owner of "does this broker take sends": the HA service feeds it the role, the
         # replicas manager whether the controller assigned one, this class an operator's isolation.
-        self.permission = WritePermission(BrokerRole(config.brokerRole), fenced=config.enableControllerMode)
-        self.store = MessageStore(
-            StoreConfig(
-                root,
-                mapped_file_size_commit_log=config.mappedFileSizeCommitLog,
-                flush_disk_type=FlushDiskType(config.flushDiskType),
-                flush_interval_commit_log=config.flushIntervalCommitLog,
-                flush_commit_log_least_pages=config.flushCommitLogLeastPages,
-                flush_commit_log_thorough_interval=config.flushCommitLogThoroughInterval,
-            ),
-            self.permission,
-        )
+        self.permission = WritePermission(BrokerRole(config.brokerRole), fenced=controller)
         # A slave publishes consume-queue entries only up to its master's confirm offset, from
         # recovery on (reference §2.6).
-        self.store.follow_max = config.brokerRole != "SLAVE" and not config.enableControllerMode
+        self.store = MessageStore(store_config(config), self.permission, follow_max=self._classic_master)
         self.topics = TopicConfigManager(root / "config" / "topics.json")
         for tc in system_topics(config.brokerClusterName, config.brokerName):
             if tc.topicName not in self.topics.topics:
                 self.topics.update(tc)
-        self.nameserver = NameserverLink(config, self.topics)
-        self.ha = HAService(config, self.store, self.permission)
-        self.nameserver.water_levels = self.ha.water_levels
-        self.nameserver.on_registered = self._on_registered
-        self.nameserver.on_push["isolate"] = self._on_isolate
-        self.nameserver.on_push["static_topic"] = self._on_static_topic
+        self.ha = HAService(
+            config,
+            self.store,
+            self.permission,
+            on_expand=self._sync_state_set_may_change if controller else None,
+            on_slave_gone=self._sync_state_set_may_change if controller else None,
+            alive_in_group=self._alive_in_group if classic_acting else None,
+        )
+        self.nameserver = NameserverLink(config, self.topics, self._link_hooks(controller, classic_acting))
         self.replicas = (
-            ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics) if config.enableControllerMode else None
+            ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics, self.permission, on_role=self._on_role)
+            if controller
+            else None
         )
         self.grpc_server = None
         self.grpc_service = None
-        self.offset_reporter = OffsetReporter(self)
-        self._report_offsets: asyncio.Task | None = None
-        self._transactions: asyncio.Task | None = None
-        # Operators' view and requests (brokers/admin.py): the broker_status report, config changes, resets.
-        self.admin = BrokerAdmin(self, config_path)
-        self.nameserver.on_request.update(self.admin.requests())
-        self._report_status: asyncio.Task | None = None
         # Consumer metadata that replicates with the log (brokers/meta.py): the master writes it,
         # every other replica follows it.
         self.consumer_meta = ConsumerMeta(root / "config" / "consumerOffset.json", self.topics)
-        self.metalog = MetaLog(self.store, self.consumer_meta, config.popReviveAfterTakeoverMillis)
+        self.metalog = MetaLog(
+            self.store,
+            self.consumer_meta,
+            config.popReviveAfterTakeoverMillis,
+            on_topics_changed=self.nameserver.register_soon,
+            request_snapshot=self._ask_master_for_snapshot,
+        )
         self.timers = TimerService(self.store, config.timerPrecisionMs, config.timerMaxDelaySec * 1000)
-        self.metalog.on_topics_changed = self.nameserver.register_soon
-        self.topics.on_changed = self._topic_changed
-        if self.replicas is not None:
-            self.replicas.on_role = self._on_role
+        self.topics.on_changed = self._topic_changed  # (topics.py takes no handler at construction yet)
+        self.offset_reporter = OffsetReporter(config, self.nameserver, self.ha, self.store, self.consumer_meta)
+        # Operators' view and requests (brokers/admin.py): the broker_status report, config changes, resets.
+        self.admin = BrokerAdmin(
+            config,
+            config_path,
+            link=self.nameserver,
+            store=self.store,
+            topics=self.topics,
+            meta=self.consumer_meta,
+            metalog=self.metalog,
+            ha=self.ha,
+            permission=self.permission,
+            consumers=lambda: self.grpc_service,
+            config_changed=self._config_changed,
+        )
+        self._build_acting(config, classic_acting)
+        # The background tasks this broker owns (each cancelled on stop).
+        self._transactions: asyncio.Task | None = None
+        self._report_offsets: asyncio.Task | None = None
+        self._report_status: asyncio.Task | None = None
         self._follow: asyncio.Task | None = None
+        self._pre_online: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
-        # RIP-32 (reference §5): the peer channel on listenPort, the member-group poll, pre-online.
-        self.acting = ActingMaster(config, self.ha, self.consumer_meta, self.metalog, self.nameserver)
-        self.acting.on_adopted = lambda: self.offset_reporter.whole_table("pre_online_sync")
-        self.peers = PeerServer.for_broker(config)
-        self.peers.handle(RequestCode.EXCHANGE_BROKER_HA_INFO, self.acting.exchange_ha_info)
-        self.peers.handle(RequestCode.GET_CONSUMER_META, self.acting.consumer_meta)
-        self.peers.handle(RequestCode.GET_TIMER_CHECK_POINT, self._timer_checkpoint_asked)
-        self.acting.on_acting = self._on_acting
-        self.acting.take_timer_checkpoint = self._take_timer_checkpoint
-        self.peers.handle(RequestCode.GET_TRANSACTION_RESOLUTIONS, self._resolutions_asked)
-        self.acting.take_resolutions = self._take_resolutions
-        self.peers.handle(RequestCode.WANT_CONSUMER_META_SNAPSHOT, self._snapshot_asked)
+
+    @property
+    def _classic_master(self) -> bool:
+        """A master by configuration (classic mode: the controller gives no role)."""
+        return not self.config.enableControllerMode and BrokerRole(self.config.brokerRole) is not BrokerRole.SLAVE
+
+    def _build_acting(self, config: BrokerConfig, classic_acting: bool) -> None:
+        """RIP-32 (reference §5): pre-online and the acting master, the peer channel on listenPort
+        that serves them, and (classic mode) the member-group poll that finds the group's minimum."""
+        self.acting = ActingMaster(
+            config,
+            self.ha,
+            self.consumer_meta,
+            self.metalog,
+            self.nameserver,
+            pre_online=self.pre_online,
+            on_adopted=partial(self.offset_reporter.whole_table, "pre_online_sync"),
+            on_acting=self._on_acting,
+            take_timer_checkpoint=self._take_timer_checkpoint,
+            take_resolutions=self._take_resolutions,
+        )
+        self.peers = PeerServer.for_broker(
+            config,
+            {
+                RequestCode.EXCHANGE_BROKER_HA_INFO: self.acting.exchange_ha_info,
+                RequestCode.GET_CONSUMER_META: self.acting.consumer_meta,
+                RequestCode.GET_TIMER_CHECK_POINT: self._timer_checkpoint_asked,
+                RequestCode.GET_TRANSACTION_RESOLUTIONS: self._resolutions_asked,
+                RequestCode.WANT_CONSUMER_META_SNAPSHOT: self._snapshot_asked,
+            },
+        )
         self._peer_client = PeerClient(config.peer_token)
         self._master_addr: str | None = None  # classic mode: from the nameserver's registration answers
         self._members: dict[int, str] = {}  # this set's live replicas, as last heard (brokers/transaction_check.py)
-        self.metalog.request_snapshot = self._ask_master_for_snapshot
-        classic_acting = config.enableSlaveActingMaster and not config.enableControllerMode
+        acting = self.acting
         self.members = (
-            MemberGroupTracker(config, self.nameserver, self.acting.on_min_broker, paused=lambda: self.acting.pre_online)
+            MemberGroupTracker(config, self.nameserver, acting.on_min_broker, paused=lambda: acting.pre_online)
             if classic_acting
             else None
         )
-        if self.members is not None:
-            self.ha.alive_in_group = lambda: self.members.alive_replicas if self.members.current is not None else None
-        self.pre_online = classic_acting and not config.skipPreOnline and config.totalReplicas > 1
-        self._pre_online: asyncio.Task | None = None
+
+    def _link_hooks(self, controller: bool, classic_acting: bool) -> LinkHooks:
+        """What the nameserver link tells this broker's parts; the link is built before them."""
+        pushes = {"isolate": self._on_isolate, "static_topic": self._on_static_topic}
+        if controller:
+            pushes["notify_broker_role_changed"] = self._role_pushed
+        if classic_acting:
+            pushes[MIN_BROKER_PUSH] = self._min_broker_pushed
+        return LinkHooks(
+            pushes=pushes,
+            requests={"update_broker_config": self._update_broker_config, "reset_offset": self._reset_offset},
+            registered=self._on_registered,
+            may_register=self._may_register,
+            water_levels=self.ha.water_levels,
+            connected=self._poll_controller if controller else None,
+            register_refused=self._register_refused if controller else None,
+        )
 
     async def start(self) -> None:
         report = await self.store.start()
@@ -205,11 +192,29 @@ class Broker:
         await self.ha.start()
         loop = asyncio.get_running_loop()
         await self.metalog.catch_up()  # what this broker's own log holds beyond its last persisted state
-        classic_master = not self.config.enableControllerMode and self.config.brokerRole != "SLAVE"
-        if classic_master and not self.pre_online:
+        if self._classic_master and not self.pre_online:
             await self.metalog.become_writer()
         await self.peers.start()
         self._follow = loop.create_task(self.metalog.follow_forever(), name="meta-follow")
+        await self._serve_clients()
+        self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
+        self._report_status = loop.create_task(self.admin.run(), name="broker-status")
+        if self.metalog.mode is MetaMode.WRITER:
+            self._taken_over()
+        if self.pre_online:  # §5.3: no registration, no writes, until the consumer state is back
+            self.permission.update(pre_online=True)
+            self._pre_online = loop.create_task(self.acting.run_pre_online(self._peer_client, self._go_online), name="pre-online")
+        self.nameserver.start()
+        if self.members is not None:
+            self.members.start()
+        if self.replicas is not None:
+            self.replicas.start()  # a master whose store fails steps down (ReplicasManager)
+        else:
+            self._in_background(self._repair_store_in_place(), "store-repair")
+
+    async def _serve_clients(self) -> None:
+        """The client endpoint (gRPC) and the parts built with it."""
+        loop = asyncio.get_running_loop()
         self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, self.consumer_meta, self.metalog)
         self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
         # The set's transaction checks run where its special services do (reference §5.1): on the
@@ -232,22 +237,6 @@ class Broker:
         static = self.grpc_service.static  # static topics' mappings (brokers/static.py): the master seals
         static.report = lambda sealed: self.nameserver.call("static_topic_sealed", sealed)
         static.may_seal = lambda: self.metalog.mode is MetaMode.WRITER
-        self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
-        self._report_status = loop.create_task(self.admin.run(), name="broker-status")
-        if self.metalog.mode is MetaMode.WRITER:
-            self._taken_over()
-        if self.pre_online:  # §5.3: no registration, no writes, until the consumer state is back
-            self.permission.update(pre_online=True)
-            self.nameserver.may_register = lambda: not self.acting.pre_online
-            self.acting.pre_online = True
-            self._pre_online = loop.create_task(self.acting.run_pre_online(self._peer_client, self._go_online), name="pre-online")
-        self.nameserver.start()
-        if self.members is not None:
-            self.members.start()
-        if self.replicas is not None:
-            self.replicas.start()  # a master whose store fails steps down (ReplicasManager)
-        else:
-            self._in_background(self._repair_store_in_place(), "store-repair")
 
     async def _repair_store_in_place(self) -> None:
         """Classic mode has no controller to move mastership: a failed store is repaired in place
@@ -258,7 +247,7 @@ class Broker:
 
     async def _go_online(self) -> None:
         """The end of pre-online: a master records its (possibly adopted) state, takes writes, registers."""
-        if self.config.brokerRole != "SLAVE":
+        if BrokerRole(self.config.brokerRole) is not BrokerRole.SLAVE:
             await self.metalog.become_writer()
         self.permission.update(pre_online=False)
         if self.metalog.mode is MetaMode.WRITER:
@@ -437,6 +426,60 @@ class Broker:
     @property
     def isolated(self) -> bool:
         return self.permission.facts.isolated
+
+    def _config_changed(self) -> None:
+        """An operator changed the configuration (brokers/admin.py): the values parts derived from it
+        at startup are taken again (the keys they come from are in DYNAMIC_KEYS; every other dynamic
+        key is read at use time)."""
+        c = self.config
+        self.ha.config_changed()  # QuorumConfig: inSyncReplicas ... slaveTimeout
+        self.metalog.revive_after_takeover_ms = c.popReviveAfterTakeoverMillis
+        if self.grpc_service is not None:
+            transactions = self.grpc_service.transactions
+            transactions.timeout_ms, transactions.check_max = c.transactionTimeOut, c.transactionCheckMax
+
+    # --- late binding: parts built first tell parts built after them ---------------------------------
+    # The HA service and the nameserver link are built before the replicas manager, the member-group
+    # tracker and the admin (which need them); they are handed these methods, which forward.
+
+    def _may_register(self) -> bool:
+        """With the nameserver: not while fenced (controller mode, reference §2.1 step 1), nor in
+        pre-online (§5.3)."""
+        if self.replicas is not None:
+            return self.replicas.may_register()
+        return not self.acting.pre_online
+
+    def _poll_controller(self) -> None:
+        """A (re)connected control-plane link: learn the role at once."""
+        if self.replicas is not None:
+            self.replicas.poll_now()
+
+    def _register_refused(self, _why: str) -> None:
+        """e.g. a newer master holds id 0: ask the controller for the role."""
+        self._poll_controller()
+
+    async def _role_pushed(self, payload: dict) -> None:
+        if self.replicas is not None:
+            await self.replicas.on_role_pushed(payload)
+
+    def _sync_state_set_may_change(self, slave_id: int) -> None:
+        if self.replicas is not None:
+            self.replicas.want_alter(slave_id)
+
+    async def _min_broker_pushed(self, payload: dict) -> None:
+        if self.members is not None:
+            await self.members.on_pushed(payload)
+
+    def _alive_in_group(self) -> int | None:
+        """aliveReplicaNumInGroup (§5.1) for the quorum: None until the group was first seen."""
+        members = self.members
+        return members.alive_replicas if members is not None and members.current is not None else None
+
+    async def _update_broker_config(self, payload: dict) -> dict:
+        return await self.admin.update_broker_config(payload)
+
+    async def _reset_offset(self, payload: dict) -> dict:
+        return await self.admin.reset_offset(payload)
 
     async def run_until_signalled(self) -> None:
         stop = asyncio.Event()

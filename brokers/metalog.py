@@ -41,7 +41,18 @@ class MetaMode(StrEnum):
 
 
 class MetaLog:
-    def __init__(self, store: MessageStore, meta: ConsumerMeta, revive_after_takeover_ms: int = 0):
+    def __init__(
+        self,
+        store: MessageStore,
+        meta: ConsumerMeta,
+        revive_after_takeover_ms: int = 0,
+        *,
+        on_topics_changed: Callable[[], None] | None = None,
+        request_snapshot: Callable[[], Awaitable[None]] | None = None,
+    ):
+        """``on_topics_changed()``: a followed record changed the topic configs (the broker registers
+        them again). ``request_snapshot()``: a replica without a base asks its master for a snapshot
+        record (the broker sends the request on the peer channel)."""
         self.store = store
         self.meta = meta
         # popReviveAfterTakeoverMillis: what the old master handed out is due again this soon (0: never sooner)
@@ -52,12 +63,11 @@ class MetaLog:
         self._truncations = store.truncations
         self.applied = 0
         self.rejected = 0
-        self.on_topics_changed: Callable[[], None] | None = None
+        self._on_topics_changed = on_topics_changed
         self._lock = asyncio.Lock()  # one catch-up at a time (the follow loop, a promotion)
         self._snapshot_wanted = False
         self._wake = asyncio.Event()  # a snapshot became due (a replica asked for one): do not wait
-        # A replica without a base asks its master for a snapshot record (the broker sends the request).
-        self.request_snapshot: Callable[[], Awaitable[None]] | None = None
+        self._request_snapshot = request_snapshot
         self._requested_at = -SNAPSHOT_REQUEST_S
 
     # --- writing (WRITER) -------------------------------------------------------------------------
@@ -94,13 +104,13 @@ class MetaLog:
 
     async def _ask_for_snapshot(self) -> None:
         now = asyncio.get_running_loop().time()
-        if self.based or self.mode is not MetaMode.FOLLOWER or self.request_snapshot is None:
+        if self.based or self.mode is not MetaMode.FOLLOWER or self._request_snapshot is None:
             return
         if now - self._requested_at < SNAPSHOT_REQUEST_S:
             return
         self._requested_at = now
         try:
-            await self.request_snapshot()
+            await self._request_snapshot()
         except Exception as exc:  # no master yet, or it is unreachable: asked again in a second
             log.debug("asking the master for a consumer-metadata snapshot failed: %s", exc)
 
@@ -143,8 +153,8 @@ class MetaLog:
         if kind == SNAPSHOT and not self.based:
             log.info("consumer metadata rebuilt from the snapshot record at %d", m.queue_offset)
             self.based = True
-        if topics_changed and self.on_topics_changed is not None:
-            self.on_topics_changed()
+        if topics_changed and self._on_topics_changed is not None:
+            self._on_topics_changed()
         self.applied += 1
         return 1
 

@@ -20,7 +20,7 @@ from mqrules import validation
 
 from ..config import BrokerConfig
 from ..tasks import cancel_and_wait
-from .nameserver import NameserverLink
+from .nameserver import ControlPlane
 
 log = logging.getLogger("brokers.members")
 
@@ -166,12 +166,13 @@ class MemberGroupTracker:
     def __init__(
         self,
         config: BrokerConfig,
-        link: NameserverLink,
+        link: ControlPlane,
         on_change: Callable[[MinBroker], Awaitable[None]],
         *,
         paused: Callable[[], bool] | None = None,
-        pushes: bool = True,
     ):
+        """``link``: where the member group is asked. The nameserver's pushes reach ``on_pushed``
+        through the link's push handlers (brokers/broker.py hands it over)."""
         self.config = config
         self.link = link
         self.on_change = on_change
@@ -180,8 +181,6 @@ class MemberGroupTracker:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task | None = None
         self._poll_failing = False
-        if pushes:
-            link.on_push[PUSH] = self.on_pushed
 
     @property
     def current(self) -> MinBroker | None:
@@ -231,7 +230,7 @@ class MemberGroupTracker:
         return self._current
 
     async def on_pushed(self, payload: dict) -> None:
-        """A ``notify_min_broker_id_change`` push (wire it to ``NameserverLink.on_push``)."""
+        """A ``notify_min_broker_id_change`` push (one of the link's push handlers)."""
         try:
             change = parse_min_broker_id_change(payload)
         except ValueError as exc:

@@ -9,6 +9,10 @@ exponential backoff (100 ms doubling to 1 s, jittered); every call has a timeout
 Requests (a pushed frame whose payload carries a ``requestId``, controlplane/broker_rpc.py) are
 answered with one ``rpc_reply`` frame: ``{"requestId", "ok": true, "result"}`` or ``{"requestId",
 "ok": false, "error": {"code", "name", "detail", "fields"?}}``; the handlers are ``on_request``'s.
+
+Everything the link tells the rest of the broker it is given at construction (``LinkHooks``): the
+handlers of pushed frames and requests, whether it may register, what to do with a registration
+answer, and the water levels heartbeats carry.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import websockets
@@ -26,6 +31,7 @@ from mqrules.codes import CLOSE_BROKER_RECONNECTING, ResponseCode
 from mqrules.topic_attributes import parse_attributes
 
 from ..config import BrokerConfig
+from ..retry import Backoff
 from ..tasks import cancel_and_wait
 from ..topics import TopicConfig, TopicConfigManager
 
@@ -41,7 +47,16 @@ BACKOFF_START_S, BACKOFF_MAX_S = 0.1, 1.0
 
 
 class ControlPlaneError(RuntimeError):
-    pass
+    """A call the control plane did not answer with a result: ``code`` is its error frame's code
+    (mqrules.codes.ResponseCode: 2000 CONTROLLER_FENCED_MASTER_EPOCH, ...), None when no answer came."""
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
+
+
+class LinkDown(ControlPlaneError):
+    """No answer because the link is down (not connected, or the connection was lost meanwhile)."""
 
 
 class RequestRefused(Exception):
@@ -65,11 +80,45 @@ class RequestRefused(Exception):
 
 REPLY_DETAIL_MAX = 200  # an unexpected failure's detail: short (the broker's log has the traceback)
 
+PushHandler = Callable[[dict], Awaitable[None]]
+RequestHandler = Callable[[dict], Awaitable[dict]]
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class LinkHooks:
+    """What the link tells the rest of the broker, fixed when the link is built (brokers/broker.py)."""
+
+    # Pushed frames: kind -> handler(payload), after the link applied what it owns (topic updates).
+    pushes: Mapping[str, PushHandler] = field(default_factory=dict)
+    # Requests with an answer (a pushed frame with a requestId): kind -> handler(payload) -> result;
+    # a handler refuses with RequestRefused.
+    requests: Mapping[str, RequestHandler] = field(default_factory=dict)
+    registered: Callable[[dict], None] | None = None  # sees every registration answer
+    # Whether it may register at all (not while fenced, reference §2.1 step 1; not in pre-online, §5.3).
+    may_register: Callable[[], bool] = _always
+    water_levels: Callable[[], dict] | None = None  # replication water levels for heartbeats
+    connected: Callable[[], None] | None = None  # a (re)connected socket
+    register_refused: Callable[[str], None] | None = None
+
+
+class ControlPlane(Protocol):
+    """The link as the parts that only ask the control plane see it."""
+
+    connected: asyncio.Event
+    broker_id: int
+
+    async def call(self, kind: str, payload: dict, timeout: float | None = None) -> dict: ...
+
 
 class NameserverLink:
-    def __init__(self, config: BrokerConfig, topics: TopicConfigManager):
+    def __init__(self, config: BrokerConfig, topics: TopicConfigManager, hooks: LinkHooks = LinkHooks()):
         self.config = config
         self.topics = topics
+        self.hooks = hooks
         self._ws = None
         self._seq = 0
         self._waiters: dict[int, asyncio.Future] = {}
@@ -77,19 +126,11 @@ class NameserverLink:
         self.connected = asyncio.Event()
         self.registered_once = asyncio.Event()
         self.min_broker: dict | None = None
-        self.on_push: dict[str, Callable[[dict], Awaitable[None]]] = {}
-        # Requests with an answer (a pushed frame with a requestId): kind -> handler(payload) -> result;
-        # a handler refuses with RequestRefused.
-        self.on_request: dict[str, Callable[[dict], Awaitable[dict]]] = {}
+        self.on_push: dict[str, PushHandler] = dict(hooks.pushes)
+        self.on_request: dict[str, RequestHandler] = dict(hooks.requests)
         self._background: set[asyncio.Task] = set()
-        self.on_registered: Callable[[dict], None] | None = None  # sees every registration answer
-        # Controller mode: the id this broker registers with (0 as master, its controller id as a
-        # slave), and whether it may register at all (not while fenced, reference §2.1 step 1).
+        # Controller mode: the id this broker registers with (0 as master, its controller id as a slave).
         self.broker_id = config.brokerId
-        self.may_register: Callable[[], bool] = lambda: True
-        self.water_levels: Callable[[], dict] | None = None  # replication water levels for heartbeats
-        self.on_connected: Callable[[], None] | None = None  # a (re)connected socket
-        self.on_register_refused: Callable[[str], None] | None = None
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -118,7 +159,8 @@ class NameserverLink:
         return f"{scheme}://{parts.netloc}/ws/broker/"
 
     async def _run(self) -> None:
-        backoff = BACKOFF_START_S
+        hooks = self.hooks
+        backoff = Backoff(BACKOFF_START_S, BACKOFF_MAX_S, jitter=True)
         headers = {"Authorization": f"Bearer {self.config.token}", "Origin": self.config.controlPlaneUrl}
         while True:
             try:
@@ -128,12 +170,12 @@ class NameserverLink:
                     self._ws = ws
                     reader = asyncio.create_task(self._read(ws))
                     try:
-                        if self.may_register():
+                        if hooks.may_register():
                             await self._register_or_log()
                         self.connected.set()
-                        if self.on_connected is not None:
-                            self.on_connected()
-                        backoff = BACKOFF_START_S
+                        if hooks.connected is not None:
+                            hooks.connected()
+                        backoff.reset()
                         await self._beat_until_closed(reader)
                     except Exception:
                         await self._reset(ws)
@@ -143,13 +185,12 @@ class NameserverLink:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("control plane link down (%s); retrying within %.1f s", exc, backoff)
+                log.warning("control plane link down (%s); retrying within %.1f s", exc, backoff.current)
             finally:
                 self._ws = None
                 self.connected.clear()
                 self._fail_waiters()
-            await asyncio.sleep(random.uniform(backoff / 2, backoff))
-            backoff = min(BACKOFF_MAX_S, backoff * 2)
+            await backoff.sleep()
 
     @staticmethod
     async def _reset(ws) -> None:
@@ -166,9 +207,10 @@ class NameserverLink:
         register_s = self.config.registerNameServerPeriod / 1000
         loop = asyncio.get_running_loop()
         next_register = loop.time() + register_s
+        hooks = self.hooks
         while not reader.done():
             await asyncio.sleep(beat_s)
-            if not self.may_register():
+            if not hooks.may_register():
                 continue
             if loop.time() >= next_register or not self.registered_once.is_set():
                 await self._register_or_log()
@@ -179,8 +221,8 @@ class NameserverLink:
                 "brokerAddr": self.config.broker_addr,
                 "brokerName": self.config.brokerName,
             }
-            if self.water_levels is not None:
-                beat["waterLevels"] = self.water_levels()
+            if hooks.water_levels is not None:
+                beat["waterLevels"] = hooks.water_levels()
             reply = await self.call("heartbeat", beat, timeout=self.config.sendHeartbeatTimeoutMillis / 1000)
             if not reply.get("registered"):
                 log.info("the nameserver forgot this broker; registering again")
@@ -191,7 +233,7 @@ class NameserverLink:
 
     async def call(self, kind: str, payload: dict, timeout: float | None = None) -> dict:
         if self._ws is None:
-            raise ControlPlaneError("not connected")
+            raise LinkDown("not connected")
         self._seq += 1
         seq = self._seq
         fut = asyncio.get_running_loop().create_future()
@@ -200,13 +242,16 @@ class NameserverLink:
             try:
                 await self._ws.send(json.dumps({"type": kind, "seq": seq, "payload": payload}))
             except websockets.ConnectionClosed as exc:
-                raise ControlPlaneError("connection lost") from exc
+                raise LinkDown("connection lost") from exc
             frame = await asyncio.wait_for(fut, CALL_TIMEOUT_S if timeout is None else timeout)
         finally:
             self._waiters.pop(seq, None)
         if frame["type"] == "error":
             p = frame["payload"]
-            raise ControlPlaneError(f"{kind} refused: {p.get('code')} {p.get('name')}: {p.get('detail')}")
+            code = p.get("code")
+            raise ControlPlaneError(
+                f"{kind} refused: {code} {p.get('name')}: {p.get('detail')}", code if isinstance(code, int) else None
+            )
         return frame["payload"]
 
     async def _read(self, ws) -> None:
@@ -230,7 +275,7 @@ class NameserverLink:
     def _fail_waiters(self) -> None:
         for fut in self._waiters.values():
             if not fut.done():
-                fut.set_exception(ControlPlaneError("connection lost"))
+                fut.set_exception(LinkDown("connection lost"))
         self._waiters.clear()
 
     async def _handle_push(self, kind: str, payload: dict) -> None:
@@ -299,12 +344,12 @@ class NameserverLink:
         controller calls share it, and they are how a deposed master learns its new role."""
         try:
             await self.register()
+        except LinkDown:
+            raise
         except ControlPlaneError as exc:
-            if "not connected" in str(exc) or "connection lost" in str(exc):
-                raise
             log.warning("%s", exc)
-            if self.on_register_refused is not None:
-                self.on_register_refused(str(exc))
+            if self.hooks.register_refused is not None:
+                self.hooks.register_refused(str(exc))
 
     async def register(self) -> dict:
         c = self.config
@@ -324,6 +369,6 @@ class NameserverLink:
             },
         )
         self.registered_once.set()
-        if self.on_registered is not None:
-            self.on_registered(reply)
+        if self.hooks.registered is not None:
+            self.hooks.registered(reply)
         return reply

@@ -189,24 +189,34 @@ def response(seq: int | None, code: int = ResponseCode.SUCCESS, remark: str = ""
 
 
 class PeerServer:
-    """Listens on the broker's remoting address and answers its peers; owns every connection."""
+    """Listens on the broker's remoting address and answers its peers; owns every connection.
+    ``handlers``: request code -> ``await handler(body)`` (the SUCCESS body)."""
 
-    def __init__(self, host: str, port: int, token: str, *, max_frame_bytes: int = MAX_FRAME_BYTES):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        token: str,
+        handlers: Mapping[int, Handler] | None = None,
+        *,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ):
         self.host, self.port = host, port
         self._token = token.encode()
         self.max_frame_bytes = max_frame_bytes
         self.idle_timeout_s = IDLE_TIMEOUT_S
         self.body_timeout_s = BODY_TIMEOUT_S
-        self._handlers: dict[int, Handler] = {}
+        self._handlers: dict[int, Handler] = {int(code): handler for code, handler in (handlers or {}).items()}
         self._server: asyncio.base_events.Server | None = None
         self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
 
     @classmethod
-    def for_broker(cls, config: BrokerConfig) -> PeerServer:
-        return cls(config.brokerIP1, config.listenPort, config.peer_token)
+    def for_broker(cls, config: BrokerConfig, handlers: Mapping[int, Handler] | None = None) -> PeerServer:
+        return cls(config.brokerIP1, config.listenPort, config.peer_token, handlers)
 
     def handle(self, code: int, handler: Handler) -> None:
-        """Answer requests of ``code`` with ``await handler(body)`` (the SUCCESS body)."""
+        """Answer requests of ``code`` with ``await handler(body)`` too: for a part built after the
+        server that brings its own requests (the transaction checks, built with the gRPC service)."""
         current = self._handlers.get(int(code))
         if current is not None and current is not handler:
             raise ValueError(f"request code {int(code)} is already handled by {current.__qualname__}")

@@ -23,11 +23,12 @@ from collections.abc import Awaitable, Callable
 
 from ..config import BrokerConfig
 from ..ha.packets import HAState
+from ..ha.quorum import BrokerRole
 from ..ha.service import HAService
 from ..meta import ConsumerMeta, MetaRejected
 from ..metalog import MetaLog, MetaMode
 from .members import MinBroker, parse_member_group
-from .nameserver import NameserverLink
+from .nameserver import ControlPlane, LinkDown
 from .peers import PeerClient, PeerError, PeerRefused, RequestCode, ResponseCode, ha_info, parse_ha_info
 
 log = logging.getLogger("brokers.preonline")
@@ -40,20 +41,36 @@ PULL_TIMEOUT_S = 10.0
 class ActingMaster:
     """What a broker does about its group's minimum and the peer requests of RIP-32."""
 
-    def __init__(self, config: BrokerConfig, ha: HAService, meta: ConsumerMeta, metalog: MetaLog, link: NameserverLink):
+    def __init__(
+        self,
+        config: BrokerConfig,
+        ha: HAService,
+        meta: ConsumerMeta,
+        metalog: MetaLog,
+        link: ControlPlane,
+        *,
+        pre_online: bool = False,
+        on_adopted: Callable[[], None] | None = None,
+        on_acting: Callable[[bool], None] | None = None,
+        take_timer_checkpoint: Callable[[dict], None] | None = None,
+        take_resolutions: Callable[[dict], None] | None = None,
+    ):
+        """``pre_online``: the broker starts in pre-online (``run_pre_online`` ends it). Told:
+        ``on_adopted()`` when a pre-online pull took a peer's consumer state, ``on_acting(acting)`` when
+        this broker starts / stops acting as master; handed an acting master's answers during
+        pre-online: its timer checkpoint (``take_timer_checkpoint``, GET_TIMER_CHECK_POINT) and the
+        transactions it resolved (``take_resolutions``, GET_TRANSACTION_RESOLUTIONS)."""
         self.config, self.ha, self.meta, self.metalog, self.link = config, ha, meta, metalog, link
-        self.pre_online = False  # the tracker is paused meanwhile
-        self.on_adopted: Callable[[], None] | None = None  # a pre-online pull took a peer's state
-        self.on_acting: Callable[[bool], None] | None = None  # this broker starts / stops acting as master
-        # pre-online: an acting master's timer checkpoint (its answer to GET_TIMER_CHECK_POINT)
-        self.take_timer_checkpoint: Callable[[dict], None] | None = None
-        # pre-online: the transactions an acting master resolved (its answer to GET_TRANSACTION_RESOLUTIONS)
-        self.take_resolutions: Callable[[dict], None] | None = None
+        self.pre_online = pre_online  # the tracker is paused meanwhile
+        self._on_adopted = on_adopted
+        self._on_acting = on_acting
+        self._take_timer_checkpoint = take_timer_checkpoint
+        self._take_resolutions = take_resolutions
 
     # --- the group's minimum (§5.1 onMinBrokerChange) ---------------------------------------------
 
     async def on_min_broker(self, change: MinBroker) -> None:
-        if self.ha.role.value != "SLAVE":
+        if self.ha.role is not BrokerRole.SLAVE:
             return
         if change.min_broker_id == self.ha.broker_id:
             if self.config.enableSlaveActingMaster and self.metalog.mode is not MetaMode.ACTING:
@@ -61,8 +78,8 @@ class ActingMaster:
                 # master had not confirmed yet (reference §2.6), the last sends and acks it answered.
                 self.ha.store.set_follow_max(True)
                 await self.metalog.become_acting()
-                if self.on_acting is not None:
-                    self.on_acting(True)
+                if self._on_acting is not None:
+                    self._on_acting(True)
         elif self.metalog.mode is MetaMode.ACTING:
             self._stop_acting()
         if change.min_broker_id == 0 and change.ha_addr:
@@ -70,8 +87,8 @@ class ActingMaster:
 
     def _stop_acting(self) -> None:
         self.metalog.become_follower()
-        if self.on_acting is not None:
-            self.on_acting(False)
+        if self._on_acting is not None:
+            self._on_acting(False)
         self.ha.store.set_follow_max(False)  # publish up to the master's confirm offset again
 
     # --- peer requests ------------------------------------------------------------------------------
@@ -83,10 +100,10 @@ class ActingMaster:
             info = parse_ha_info(body)
         except ValueError as exc:
             raise PeerRefused(ResponseCode.INVALID_PARAMETER, str(exc)) from None
-        if info.master_ha_addr and self.ha.role.value == "SLAVE":
+        if info.master_ha_addr and self.ha.role is BrokerRole.SLAVE:
             log.info("master %s announces its HA address %s", info.master_addr, info.master_ha_addr)
             self.ha.master_ha_addr = info.master_ha_addr
-        mine = self.config.ha_server_addr if self.ha.role.value != "SLAVE" else None
+        mine = self.config.ha_server_addr if self.ha.role is not BrokerRole.SLAVE else None
         return ha_info(mine, self.ha.store.max_offset, self.config.broker_addr)
 
     async def consumer_meta(self, body: dict) -> dict:
@@ -109,9 +126,10 @@ class ActingMaster:
                         break
                 except (PeerError, OSError, TimeoutError, ValueError) as exc:
                     log.info("pre-online not done yet (%s); retrying in %.0f s", exc, PRE_ONLINE_PERIOD_S)
-                except Exception as exc:
-                    if "not connected" not in str(exc) and "connection lost" not in str(exc):
-                        log.exception("pre-online step failed; retrying")
+                except LinkDown:
+                    pass  # the link comes back on its own; the next round waits for it
+                except Exception:
+                    log.exception("pre-online step failed; retrying")
                 await asyncio.sleep(PRE_ONLINE_PERIOD_S)
             await start()
         finally:
@@ -146,11 +164,11 @@ class ActingMaster:
         await self._wait(lambda: self._transferring(member_id), f"slave {member_id}'s HA handshake")
         snapshot = await peers.call(addr, RequestCode.GET_CONSUMER_META, {"handBack": True}, timeout=PULL_TIMEOUT_S)
         timers = await peers.call(addr, RequestCode.GET_TIMER_CHECK_POINT, {}, timeout=PULL_TIMEOUT_S)
-        if timers and self.take_timer_checkpoint is not None:
-            self.take_timer_checkpoint(timers)
+        if timers and self._take_timer_checkpoint is not None:
+            self._take_timer_checkpoint(timers)
         resolutions = await peers.call(addr, RequestCode.GET_TRANSACTION_RESOLUTIONS, {}, timeout=PULL_TIMEOUT_S)
-        if resolutions and self.take_resolutions is not None:
-            self.take_resolutions(resolutions)
+        if resolutions and self._take_resolutions is not None:
+            self._take_resolutions(resolutions)
         try:
             adopted = self.meta.adopt_if_newer(snapshot)
         except MetaRejected as exc:
@@ -159,8 +177,8 @@ class ActingMaster:
         if adopted:
             log.info("pre-online: took back the consumer state broker %d served while acting as master", member_id)
             self.meta.persist()
-            if self.on_adopted is not None:
-                self.on_adopted()
+            if self._on_adopted is not None:
+                self._on_adopted()
 
     def _transferring(self, member_id: int) -> bool:
         server = self.ha.server

@@ -15,29 +15,61 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
+from enum import StrEnum
 from pathlib import Path
 
+from mqrules.codes import ResponseCode
+
 from ..config import BrokerConfig
+from ..ha.gate import WritePermission
+from ..ha.quorum import BrokerRole
 from ..ha.service import HAService
+from ..retry import Backoff, retry
 from ..store.files import write_json_atomically
 from ..store.store import MessageStore
 from ..tasks import cancel_and_wait
 from ..topics import TopicConfigManager
-from .nameserver import ControlPlaneError, NameserverLink
+from .nameserver import ControlPlaneError, LinkDown, NameserverLink
 
 log = logging.getLogger("brokers.controller")
 IDENTITY_FILE = "brokerIdentity"
-METADATA_NOT_EXIST = 2008
+RETRY_START_S, RETRY_MAX_S = 0.2, 2.0  # a controller call retried: 0.2 s doubling up to 2 s
+# A refused alterSyncStateSet that means this broker's view is stale: it asks for its role at once.
+STALE_VIEW = (ResponseCode.CONTROLLER_FENCED_MASTER_EPOCH, ResponseCode.CONTROLLER_INVALID_MASTER)
+
+
+class ReplicasState(StrEnum):
+    """RocketMQ's ``ReplicasManager.State``."""
+
+    INITIAL = "INITIAL"
+    FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE = "FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE"
+    REGISTER_TO_CONTROLLER_DONE = "REGISTER_TO_CONTROLLER_DONE"
+    RUNNING = "RUNNING"
 
 
 class ReplicasManager:
+    """The parts built before this one hear from it through its public methods, which the composition
+    root (brokers/broker.py) hands them: the nameserver link ``may_register``, ``poll_now`` (a
+    reconnected socket, a refused registration) and ``on_role_pushed``; the HA service ``want_alter``
+    (a slave qualifies for the SyncStateSet, or a member's link closed)."""
+
     def __init__(
-        self, config: BrokerConfig, store: MessageStore, ha: HAService, link: NameserverLink, topics: TopicConfigManager
+        self,
+        config: BrokerConfig,
+        store: MessageStore,
+        ha: HAService,
+        link: NameserverLink,
+        topics: TopicConfigManager,
+        permission: WritePermission,
+        *,
+        on_role: Callable[[bool, int], Awaitable[None]],
     ):
+        """``on_role(is_master, master_epoch)``: told of every role taken, before sends are let in."""
         self.config, self.store, self.ha, self.link, self.topics = config, store, ha, link, topics
+        self.permission = permission
+        self.on_role = on_role
         self.root = Path(config.storePathRootDir)
         self.broker_id: int | None = None  # brokerControllerId
         self.master_id: int | None = None
@@ -45,21 +77,28 @@ class ReplicasManager:
         self.master_epoch = 0
         self.sync_state_set_epoch = 0
         self.role_known = asyncio.Event()
-        self.state = "INITIAL"
+        self.state = ReplicasState.INITIAL
         self._role_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task] = []
         self._alter_wanted = asyncio.Event()
-        ha.permission.update(fenced=True)  # until the controller assigns a role
-        link.may_register = self.role_known.is_set
+        permission.update(fenced=True)  # until the controller assigns a role
         self._poll_now = asyncio.Event()
         self._stopping = False
-        link.on_connected = self._poll_now.set  # after a control-plane restart: learn the role at once
-        link.on_register_refused = lambda _why: self._poll_now.set()  # e.g. a newer master holds id 0
-        link.on_push["notify_broker_role_changed"] = self._on_role_pushed
-        ha.on_expand = lambda _slave: self._alter_wanted.set()
-        ha.on_slave_gone = lambda _slave: self._alter_wanted.set()
-        # Told of every role taken, before sends are let in: (is master, master epoch).
-        self.on_role: Callable[[bool, int], Awaitable[None]] | None = None
+
+    # --- what the link and the HA service tell it -------------------------------------------------
+
+    def may_register(self) -> bool:
+        """Not with the nameserver while fenced (reference §2.1 step 1)."""
+        return self.role_known.is_set()
+
+    def poll_now(self) -> None:
+        """Ask the controller for the role at once (after a control-plane restart; a registration
+        refused, e.g. because a newer master holds id 0)."""
+        self._poll_now.set()
+
+    def want_alter(self, _slave_id: int | None = None) -> None:
+        """The SyncStateSet may need a change (a slave caught up, or a member's link closed)."""
+        self._alter_wanted.set()
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -74,9 +113,9 @@ class ReplicasManager:
     async def _run(self) -> None:
         await self._wait_connected()
         await self._ensure_identity()
-        self.state = "FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE"
+        self.state = ReplicasState.FIRST_TIME_SYNC_CONTROLLER_METADATA_DONE
         reply = await self._retry("register to the controller", self._register_to_controller)
-        self.state = "REGISTER_TO_CONTROLLER_DONE"
+        self.state = ReplicasState.REGISTER_TO_CONTROLLER_DONE
         loop = asyncio.get_running_loop()
         self._tasks += [
             loop.create_task(self._heartbeats(), name="controller-heartbeat"),
@@ -93,19 +132,15 @@ class ReplicasManager:
     async def _wait_connected(self) -> None:
         await self.link.connected.wait()
 
-    async def _retry(self, what: str, call, attempts: int = 0):
-        delay = 0.2
-        n = 0
-        while True:
-            try:
-                return await call()
-            except (ControlPlaneError, OSError, TimeoutError) as exc:
-                n += 1
-                if attempts and n >= attempts:
-                    raise
-                log.info("%s failed (%s); retrying in %.1f s", what, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(2.0, delay * 2)
+    async def _retry(self, what: str, call: Callable[[], Awaitable[dict]], attempts: int = 0) -> dict:
+        return await retry(
+            what,
+            call,
+            errors=(ControlPlaneError, OSError, TimeoutError),
+            backoff=Backoff(RETRY_START_S, RETRY_MAX_S),
+            log=log,
+            attempts=attempts,
+        )
 
     # --- identity (reference §1.8) ----------------------------------------------------------------
 
@@ -143,10 +178,10 @@ class ReplicasManager:
                         "registerCheckCode": pending["registerCheckCode"],
                     },
                 )
+            except LinkDown:
+                await asyncio.sleep(0.5)
+                continue
             except ControlPlaneError as exc:
-                if "not connected" in str(exc) or "connection lost" in str(exc):
-                    await asyncio.sleep(0.5)
-                    continue
                 log.info("broker id %d taken (%s); asking for another", pending["brokerId"], exc)
                 tmp.unlink(missing_ok=True)
                 continue
@@ -223,7 +258,7 @@ class ReplicasManager:
                 pass
             urgent = self._poll_now.is_set()
             self._poll_now.clear()
-            if self.role_known.is_set() and self.ha.role.value == "SLAVE" and not self.ha.master_ha_addr:
+            if self.role_known.is_set() and self.ha.role is BrokerRole.SLAVE and not self.ha.master_ha_addr:
                 self.link.register_soon()  # the answer names the master's HA address once it registered
             if not urgent and asyncio.get_running_loop().time() < next_poll:
                 continue
@@ -242,7 +277,7 @@ class ReplicasManager:
         try:
             info = await self.link.call("get_replica_info", {"brokerName": self.config.brokerName})
         except ControlPlaneError as exc:
-            if str(METADATA_NOT_EXIST) in str(exc):
+            if exc.code == ResponseCode.CONTROLLER_BROKER_METADATA_NOT_EXIST:
                 await self._retry("re-register to the controller", self._register_to_controller, attempts=3)
             return
         except (OSError, TimeoutError):
@@ -269,7 +304,8 @@ class ReplicasManager:
         if reply.get("masterBrokerId") is not None:
             await self._apply(reply)
 
-    async def _on_role_pushed(self, payload: dict) -> None:
+    async def on_role_pushed(self, payload: dict) -> None:
+        """A ``notify_broker_role_changed`` push: acted on only for a strictly greater master epoch."""
         if payload.get("masterBrokerId") is not None and payload.get("masterEpoch", 0) > self.master_epoch:
             await self._apply(payload)
 
@@ -297,12 +333,11 @@ class ReplicasManager:
         await self.ha.change_to_master(epoch, members or {self.broker_id})
         self.master_id, self.master_addr = self.broker_id, self.config.broker_addr
         self._bump_state_version(epoch)
-        if self.on_role is not None:
-            await self.on_role(True, epoch)
+        await self.on_role(True, epoch)
         self.link.broker_id = 0
-        self.ha.permission.update(fenced=False)
+        self.permission.update(fenced=False)
         self.role_known.set()
-        self.state = "RUNNING"
+        self.state = ReplicasState.RUNNING
         log.info(
             "now MASTER of %s at epoch %d (SyncStateSet %s) in %.0f ms",
             self.config.brokerName,
@@ -313,25 +348,26 @@ class ReplicasManager:
         self.link.register_soon()
 
     async def _change_to_slave(self, master_id: int, master_addr: str | None, epoch: int) -> None:
-        same_master = master_id == self.master_id and self.ha.role.value == "SLAVE"
+        same_master = master_id == self.master_id and self.ha.role is BrokerRole.SLAVE
         self.master_epoch = epoch
         self.master_id, self.master_addr = master_id, master_addr
         self._bump_state_version(epoch)
         if not same_master:
             await self.ha.change_to_slave()
-        if self.on_role is not None:
-            await self.on_role(False, epoch)
+        await self.on_role(False, epoch)
         self.link.broker_id = self.broker_id
-        self.ha.permission.update(fenced=False)
+        self.permission.update(fenced=False)
         self.role_known.set()
-        self.state = "RUNNING"
+        self.state = ReplicasState.RUNNING
         log.info("now SLAVE of %s (master %s at %s, epoch %d)", self.config.brokerName, master_id, master_addr, epoch)
         self.link.register_soon()
 
     def _bump_state_version(self, epoch: int) -> None:
         """DataVersion.nextVersion(masterEpoch): the nameserver orders registrations by it (§3.3 step 5)."""
-        self.topics.state_version = epoch
-        self.topics._changed()
+        topics = self.topics
+        topics.state_version = epoch
+        topics.data_version = topics.data_version.next(epoch)
+        topics.persist()
 
     # --- a master whose store fails steps down -------------------------------------------------------
 
@@ -342,10 +378,10 @@ class ReplicasManager:
         follows the new master. A slave's store failure needs no election; it repairs in place."""
         while True:
             await self.store.failed.wait()
-            master = self.master_id == self.broker_id and self.ha.role.value != "SLAVE"
+            master = self.master_id == self.broker_id and self.ha.role is not BrokerRole.SLAVE
             if master:
                 log.error("the store stopped taking writes: stepping down so that the controller elects an in-sync replica")
-                self.ha.permission.update(fenced=True)
+                self.permission.update(fenced=True)
                 await self.link.stop(unregister=True)
             await self.store.repair_when_possible()
             if master:
@@ -355,7 +391,7 @@ class ReplicasManager:
                 await self._poll_once()  # a new master's epoch: this broker follows it (changes to slave)
                 if self.master_id == self.broker_id:  # nobody else was elected: master again
                     self.link.broker_id = 0
-                    self.ha.permission.update(fenced=False)
+                    self.permission.update(fenced=False)
                     self.link.register_soon()
                 log.info("back after the store failure as %s", "MASTER" if self.master_id == self.broker_id else "SLAVE")
 
@@ -381,14 +417,14 @@ class ReplicasManager:
                 await self._maybe_alter()
             except (ControlPlaneError, OSError, TimeoutError) as exc:
                 log.info("SyncStateSet change not applied (%s); retrying", exc)
-                self.ha.proposed_sync_state_set = None
-                if "2002" in str(exc) or "2000" in str(exc):  # not master any more (or a stale epoch)
+                self.ha.propose_sync_state_set(None)
+                if isinstance(exc, ControlPlaneError) and exc.code in STALE_VIEW:  # not master any more (or a stale epoch)
                     self._poll_now.set()
                 await asyncio.sleep(0.5)
                 self._alter_wanted.set()
             except Exception:  # never let the upkeep task die
                 log.exception("SyncStateSet upkeep failed")
-                self.ha.proposed_sync_state_set = None
+                self.ha.propose_sync_state_set(None)
                 await asyncio.sleep(0.5)
 
     async def _maybe_alter(self) -> None:
@@ -409,7 +445,7 @@ class ReplicasManager:
         proposal = keep | joining | {self.broker_id}
         if proposal == current:
             return
-        ha.proposed_sync_state_set = proposal  # counted with the old set while in flight (#5663)
+        ha.propose_sync_state_set(proposal)  # counted with the old set while in flight (#5663)
         reply = await self.link.call(
             "alter_sync_state_set",
             {
@@ -429,7 +465,3 @@ class ReplicasManager:
             sorted(ha.sync_state_set),
             self.sync_state_set_epoch,
         )
-
-
-def identity_path(root: str | os.PathLike) -> Path:
-    return Path(root) / IDENTITY_FILE

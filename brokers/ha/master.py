@@ -136,7 +136,7 @@ class MasterConnection:
             # §2.2 caught-up tracking
             caught = now_ms() if ack.max_offset >= self.store.max_offset else self.last_transfer_ms
             self.caught_up_ms = max(self.caught_up_ms, caught)
-        self.server._on_ack(self)
+        self.server.acked(self)
 
     def _start_position(self) -> int:
         store = self.store
@@ -232,7 +232,7 @@ class HAServer:
         self.store = store
         self.epochs = epochs
         self.timings = timings
-        self._on_ack = on_ack
+        self.acked = on_ack  # each ack of a connection, and its close (quorum counts, the SyncStateSet)
         self.connections: set[MasterConnection] = set()
         self._tasks: set[asyncio.Task] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -266,7 +266,7 @@ class HAServer:
     def forget(self, conn: MasterConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
-            self._on_ack(conn)  # a closed connection changes quorum counts
+            self.acked(conn)  # a closed connection changes quorum counts
 
     def _wake_all(self) -> None:
         for conn in self.connections:

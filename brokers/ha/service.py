@@ -50,8 +50,21 @@ def link_timings(c: BrokerConfig) -> LinkTimings:
 
 
 class HAService:
-    def __init__(self, config: BrokerConfig, store: MessageStore, permission: WritePermission):
-        """``permission``: the write gate ``store`` was built with; this service feeds it the role."""
+    def __init__(
+        self,
+        config: BrokerConfig,
+        store: MessageStore,
+        permission: WritePermission,
+        *,
+        on_expand: Callable[[int], None] | None = None,
+        on_slave_gone: Callable[[int], None] | None = None,
+        alive_in_group: Callable[[], int | None] | None = None,
+    ):
+        """``permission``: the write gate ``store`` was built with; this service feeds it the role.
+        Controller mode: ``on_expand(slave_id)`` when a slave qualifies for the SyncStateSet,
+        ``on_slave_gone(slave_id)`` when a member's link closed (the replicas manager proposes the
+        change). Slave-acting-master (§5.1): ``alive_in_group()``, the live members of the group
+        (aliveReplicaNumInGroup; None: not known yet)."""
         self.config = config
         self.store = store
         self.role = BrokerRole(config.brokerRole)
@@ -69,10 +82,9 @@ class HAService:
         self.broker_id = config.brokerId  # the controller id in controller mode
         self.sync_state_set: set[int] = set()
         self.proposed_sync_state_set: set[int] | None = None
-        self.on_expand: Callable[[int], None] | None = None  # a slave qualifies for the SyncStateSet
-        self.on_slave_gone: Callable[[int], None] | None = None  # a SyncStateSet member's link closed
-        # Slave-acting-master (§5.1): the live members of the group (aliveReplicaNumInGroup).
-        self.alive_in_group: Callable[[], int | None] | None = None
+        self._on_expand = on_expand
+        self._on_slave_gone = on_slave_gone
+        self._alive_in_group = alive_in_group
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -182,6 +194,11 @@ class HAService:
         self._update_confirm_offset()
         self._release_waiters()
 
+    def propose_sync_state_set(self, proposal: set[int] | None) -> None:
+        """A SyncStateSet change in flight: counted with the old set until the controller confirms it
+        (``set_sync_state_set``, #5663); None: the proposal was given up."""
+        self.proposed_sync_state_set = proposal
+
     def effective_sync_state_set(self) -> set[int]:
         if self.proposed_sync_state_set is None:
             return set(self.sync_state_set)
@@ -195,7 +212,7 @@ class HAService:
         if len(members) <= 1 or not self.quorum.all_ack_in_sync_state_set:
             self.store.set_follow_max(True)
             return
-        self.store.follow_max = False
+        self.store.set_follow_max(False)
         acks = self._member_acks(members)
         if any(a is None for a in acks.values()):
             return  # a member without a link: unchanged (#6662)
@@ -229,7 +246,7 @@ class HAService:
             controller_mode=False,
             acting_master_mode=self.config.enableSlaveActingMaster,
             in_sync=in_sync,
-            alive_in_group=self.alive_in_group() if self.alive_in_group is not None else None,
+            alive_in_group=self._alive_in_group() if self._alive_in_group is not None else None,
         )
 
     async def wait(self, next_offset: int, need_acks: int) -> PutMessageStatus:
@@ -250,16 +267,16 @@ class HAService:
             closed = self.server is None or conn not in self.server.connections
             members = self.effective_sync_state_set()
             if closed:
-                if conn.slave_id in members and self.on_slave_gone is not None:
-                    self.on_slave_gone(conn.slave_id)
+                if conn.slave_id in members and self._on_slave_gone is not None:
+                    self._on_slave_gone(conn.slave_id)
             elif (
                 conn.slave_id not in members
                 and not conn.async_learner
-                and self.on_expand is not None
+                and self._on_expand is not None
                 and conn.ack_offset >= self.store.confirm_offset
                 and conn.ack_offset >= self.epoch_start_offset()
             ):
-                self.on_expand(conn.slave_id)  # §2.2 maybeExpandInSyncStateSet
+                self._on_expand(conn.slave_id)  # §2.2 maybeExpandInSyncStateSet
             self._update_confirm_offset()
         self._release_waiters()
 

@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from ..retry import Backoff
 from ..store.cuts import CutCause, CutRefused
 from ..store.store import MessageStore
 from ..tasks import cancel_and_wait
@@ -76,8 +77,9 @@ class HAClient:
         self.state = HAState.SHUTDOWN
 
     async def _run(self) -> None:
-        backoff = BACKOFF_START_S
+        backoff = Backoff(BACKOFF_START_S, BACKOFF_MAX_S)
         while True:
+            refused = False
             self.state = HAState.READY
             addr = self.master_addr()
             if not addr:
@@ -95,19 +97,22 @@ class HAClient:
                 log.error(
                     "replication from %s refused: %s; manual intervention needed (retrying in %.0f s)", addr, exc, REFUSED_RETRY_S
                 )
-                backoff = REFUSED_RETRY_S
+                refused = True
             except (OSError, TimeoutError, asyncio.IncompleteReadError, PacketError, ReplicationError) as exc:
-                log.info("HA link to %s down (%s: %s); reconnecting in %.1f s", addr, type(exc).__name__, exc, backoff)
+                log.info("HA link to %s down (%s: %s); reconnecting in %.1f s", addr, type(exc).__name__, exc, backoff.current)
             except Exception:  # the link must come back whatever broke it (uvloop raises RuntimeError on a closed socket)
-                log.exception("HA link to %s failed; reconnecting in %.1f s", addr, backoff)
+                log.exception("HA link to %s failed; reconnecting in %.1f s", addr, backoff.current)
             finally:
                 self.connected_to = None
                 self._writer = None
                 if writer is not None:
                     writer.close()
             self.reconnects += 1
-            await asyncio.sleep(backoff)
-            backoff = min(BACKOFF_MAX_S, backoff * 2) if backoff < REFUSED_RETRY_S else BACKOFF_START_S
+            if refused:  # a long wait (an operator's turn), then quick attempts again
+                backoff.reset()
+                await asyncio.sleep(REFUSED_RETRY_S)
+            else:
+                await backoff.sleep()
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         if writer.is_closing():

@@ -91,8 +91,10 @@ class StoreConfig:
 
 
 class MessageStore:
-    def __init__(self, config: StoreConfig, write_gate: WriteGate | None = None):
-        """``write_gate``: who decides whether sends are taken (None: always, as a standalone store)."""
+    def __init__(self, config: StoreConfig, write_gate: WriteGate | None = None, *, follow_max: bool = True):
+        """``write_gate``: who decides whether sends are taken (None: always, as a standalone store).
+        ``follow_max``: whether the confirm offset follows the max offset from recovery on (a master's;
+        a slave publishes only up to its master's confirm offset, reference §2.6)."""
         self.config = config
         self._write_gate = write_gate
         root = Path(config.store_path_root_dir)
@@ -113,8 +115,8 @@ class MessageStore:
         self.recovery: RecoveryReport | None = None
         # Counters for operators and tests: group commit shows as batches << messages.
         self.stats = {"messages": 0, "batches": 0, "fsyncs": 0, "flushes": 0}  # fsyncs: SYNC_FLUSH; flushes: ASYNC
-        # Role-dependent behaviour, set by the broker (and by role changes).
-        self.follow_max = True  # the confirm offset follows the max offset (a master, §2.6)
+        # Role-dependent behaviour, changed by role changes (set_follow_max, the HA service's replicas).
+        self.follow_max = follow_max  # the confirm offset follows the max offset (a master, §2.6)
         self.replicas: ReplicaGate | None = None
         self.confirm_offset = 0
         self._checkpointed_confirm = -1

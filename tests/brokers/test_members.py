@@ -5,9 +5,11 @@ tests/e2e/test_member_group_poll.py runs the tracker against a real control plan
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
+from brokers.broker import Broker
 from brokers.config import BrokerConfig
 from brokers.control.members import (
     PUSH,
@@ -137,7 +139,7 @@ def test_parse_a_pushed_header():
 
 
 class ScriptedLink:
-    """NameserverLink's surface the tracker uses: ``call``, ``on_push``, ``broker_id``."""
+    """NameserverLink's surface the tracker uses (``call``, ``broker_id``), and its push handlers."""
 
     def __init__(self, broker_id: int, groups: list):
         self.broker_id = broker_id
@@ -196,18 +198,19 @@ def test_a_failed_on_change_is_offered_again_by_the_next_poll():
     asyncio.run(scenario())
 
 
-def test_pushes_reach_the_tracker_through_the_link_and_the_poll_agrees():
+def test_pushes_reach_the_tracker_and_the_poll_agrees():
+    """(The broker hands ``on_pushed`` to its link: test_a_classic_acting_brokers_link_pushes_to_its_tracker.)"""
+
     async def scenario():
         link = ScriptedLink(1, [{0: A, 1: B}, {1: B}])
         changes = Recorder()
         tracker = MemberGroupTracker(config(), link, changes)
-        assert link.on_push[PUSH] == tracker.on_pushed
         await tracker.poll_once()
         push = {"minBrokerId": 1, "brokerName": "g", "minBrokerAddr": B, "offlineBrokerAddr": A, "haBrokerAddr": None}
-        await link.on_push[PUSH](push)
-        await link.on_push[PUSH](push)  # a repeated push changes nothing
-        await link.on_push[PUSH]({**push, "brokerName": "other"})  # another set's: ignored
-        await link.on_push[PUSH]({"minBrokerId": "zero"})  # malformed: ignored
+        await tracker.on_pushed(push)
+        await tracker.on_pushed(push)  # a repeated push changes nothing
+        await tracker.on_pushed({**push, "brokerName": "other"})  # another set's: ignored
+        await tracker.on_pushed({"minBrokerId": "zero"})  # malformed: ignored
         await tracker.poll_once()  # the nameserver says the same: no second change
         assert [(c.min_broker_id, c.offline_addr) for c in changes.seen] == [(0, None), (1, A)]
         assert tracker.alive_replicas == 1
@@ -215,10 +218,27 @@ def test_pushes_reach_the_tracker_through_the_link_and_the_poll_agrees():
     asyncio.run(scenario())
 
 
-def test_without_pushes_the_tracker_leaves_the_links_push_handlers_alone():
+def test_the_tracker_leaves_the_links_push_handlers_alone():
     link = ScriptedLink(1, [{}])
-    MemberGroupTracker(config(), link, Recorder(), pushes=False)
+    MemberGroupTracker(config(), link, Recorder())
     assert PUSH not in link.on_push
+
+
+def test_a_classic_acting_brokers_link_pushes_to_its_tracker(tmp_path):
+    """The composition root hands the tracker's ``on_pushed`` to the link it builds (brokers/broker.py)."""
+
+    async def scenario():
+        broker = Broker(
+            replace(config(), brokerId=0, storePathRootDir=str(tmp_path), enableSlaveActingMaster=True, controlPlaneToken="t")
+        )
+        assert broker.members is not None and broker.members.current is None
+        push = {"minBrokerId": 0, "brokerName": "g", "minBrokerAddr": A, "offlineBrokerAddr": None, "haBrokerAddr": None}
+        await broker.nameserver.on_push[PUSH](push)
+        assert broker.members.current == MinBroker(0, A, {0: A})
+        assert "notify_broker_role_changed" not in broker.nameserver.on_push  # (controller mode's push)
+        await broker.store.shutdown()
+
+    asyncio.run(scenario())
 
 
 def test_the_poll_runs_every_period_skips_while_paused_and_survives_failures():

@@ -180,13 +180,12 @@ def test_a_deposed_writer_without_a_base_asks_its_master_for_a_snapshot(tmp_path
         await store.start()
         try:
             (tmp_path / "m").mkdir()
-            metalog = MetaLog(store, meta_at(tmp_path / "m"))
             asked: list[int] = []
 
             async def ask() -> None:
                 asked.append(1)
 
-            metalog.request_snapshot = ask
+            metalog = MetaLog(store, meta_at(tmp_path / "m"), request_snapshot=ask)
             await metalog.become_writer(state_version=1)
             metalog.want_snapshot()
             await metalog._store_snapshot()  # storing its own snapshot keeps the way to ask for one

@@ -15,7 +15,7 @@ import pytest
 
 from brokers.config import BrokerConfig
 from brokers.control.members import PUSH, MemberGroupTracker, MinBroker
-from brokers.control.nameserver import NameserverLink
+from brokers.control.nameserver import LinkHooks, NameserverLink
 from brokers.topics import TopicConfigManager
 from controlplane.models import ApiToken
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
@@ -81,14 +81,14 @@ def test_the_poll_alone_finds_the_slave_as_minimum_after_the_master_stops(tmp_pa
 
 
 async def _scenario(config: BrokerConfig, tmp_path, master, master_addr: str, slave_addr: str) -> None:
-    link = NameserverLink(config, TopicConfigManager(tmp_path / "tracker" / "topics.json"))
-    link.may_register = lambda: False  # stands for the slave without registering: pushes go elsewhere
+    # stands for the slave without registering: pushes go elsewhere
+    link = NameserverLink(config, TopicConfigManager(tmp_path / "tracker" / "topics.json"), LinkHooks(may_register=lambda: False))
     changes: list[MinBroker] = []
 
     async def on_change(change: MinBroker) -> None:
         changes.append(change)
 
-    tracker = MemberGroupTracker(config, link, on_change, pushes=False)
+    tracker = MemberGroupTracker(config, link, on_change)
     assert PUSH not in link.on_push
     link.start()
     tracker.start()
