@@ -16,7 +16,7 @@ from .control.nameserver import ControlPlaneError, NameserverLink
 from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, ResponseCode
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
-from .grpc.service import serve
+from .grpc.service import EndpointPorts, serve
 from .ha.gate import WritePermission, WriteReason
 from .ha.quorum import BrokerRole
 from .ha.service import HAService
@@ -210,13 +210,23 @@ class Broker:
             await self.metalog.become_writer()
         await self.peers.start()
         self._follow = loop.create_task(self.metalog.follow_forever(), name="meta-follow")
-        self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, self.consumer_meta, self.metalog)
+        ports = EndpointPorts(  # what the gRPC edge needs of this broker (brokers/grpc/service.py)
+            gate=self.permission,  # with acting(): whether sends go to the master (brokers/core/admission.py)
+            acting=lambda: self.metalog.mode is MetaMode.ACTING,
+            topics_changed=self.nameserver.register_soon,
+            offset_committed=self.offset_reporter.committed,
+            report_sealed=lambda sealed: self.nameserver.call("static_topic_sealed", sealed),
+            may_seal=lambda: self.metalog.mode is MetaMode.WRITER,  # static topics: the master seals
+        )
+        self.grpc_server, self.grpc_service = await serve(
+            self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports
+        )
         self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
         # The set's transaction checks run where its special services do (reference §5.1): on the
         # master, or on the slave acting for a dead one.
         checks = TransactionChecks(
             self.grpc_service.transactions,
-            self.grpc_service,
+            self.grpc_service.producers,
             self._peer_client,
             self._group_members,
             self.config.broker_addr,
@@ -226,12 +236,6 @@ class Broker:
         for code, handler in checks.handlers().items():
             self.peers.handle(code, handler)
         self._transactions = loop.create_task(checks.run(), name="transactions")
-        self.grpc_service.on_topics_changed = self.nameserver.register_soon
-        self.grpc_service.forwards_sends = self._forwards_sends
-        self.grpc_service.on_offset_committed = self.offset_reporter.committed
-        static = self.grpc_service.static  # static topics' mappings (brokers/static.py): the master seals
-        static.report = lambda sealed: self.nameserver.call("static_topic_sealed", sealed)
-        static.may_seal = lambda: self.metalog.mode is MetaMode.WRITER
         self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
         self._report_status = loop.create_task(self.admin.run(), name="broker-status")
         if self.metalog.mode is MetaMode.WRITER:
@@ -276,7 +280,7 @@ class Broker:
             await cancel_and_wait(self._revive, self._transactions)
             await self.grpc_server.stop(grace=2)
             await self.timers.deactivate()
-            self.grpc_service._persist_offsets()
+            self.grpc_service.persist_offsets()
             await self.grpc_service.close()
         await cancel_and_wait(self._report_offsets, self._report_status, self._follow, *self._background)
         if self.members is not None:
@@ -298,7 +302,7 @@ class Broker:
         epoch (once sends are let in); a slave follows its master's records. Requests forwarded to
         the old master are given up for the new one (a frozen master never answers them)."""
         if self.grpc_service is not None:
-            self.grpc_service.forwarder.master_changed()
+            self.grpc_service.master_changed()
         if master:
             await self.metalog.become_writer(state_version=epoch)
             self._taken_over()
