@@ -49,7 +49,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from brokers.fifo import queue_of_group  # noqa: E402
+from brokers.core.fifo import queue_of_group  # noqa: E402
 from testkit.brokers import BrokerPorts, broker_keys, broker_process, write_broker_conf  # noqa: E402
 from testkit.controlplane import ControlPlane, fresh_standalone_env  # noqa: E402
 from testkit.procs import ARTIFACTS, stop_all, wait_until  # noqa: E402

@@ -25,8 +25,8 @@ from .control.offset_reports import OffsetReporter
 from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, ResponseCode
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
-from .grpc.service import serve
-from .ha.gate import WritePermission, WriteReason
+from .grpc.service import EndpointPorts, serve
+from .ha.gate import WritePermission
 from .ha.quorum import BrokerRole
 from .ha.service import HAService
 from .meta import ConsumerMeta
@@ -67,10 +67,8 @@ class Broker:
         # A slave publishes consume-queue entries only up to its master's confirm offset, from
         # recovery on (reference §2.6).
         self.store = MessageStore(store_config(config), self.permission, follow_max=self._classic_master)
-        self.topics = TopicConfigManager(root / "config" / "topics.json")
-        for tc in system_topics(config.brokerClusterName, config.brokerName):
-            if tc.topicName not in self.topics.topics:
-                self.topics.update(tc)
+        self.topics = TopicConfigManager(root / "config" / "topics.json", on_changed=self._topic_changed)
+        self.topics.seed(system_topics(config.brokerClusterName, config.brokerName))
         self.ha = HAService(
             config,
             self.store,
@@ -98,7 +96,6 @@ class Broker:
             request_snapshot=self._ask_master_for_snapshot,
         )
         self.timers = TimerService(self.store, config.timerPrecisionMs, config.timerMaxDelaySec * 1000)
-        self.topics.on_changed = self._topic_changed  # (topics.py takes no handler at construction yet)
         self.offset_reporter = OffsetReporter(config, self.nameserver, self.ha, self.store, self.consumer_meta)
         # Operators' view and requests (brokers/admin.py): the broker_status report, config changes, resets.
         self.admin = BrokerAdmin(
@@ -215,13 +212,23 @@ class Broker:
     async def _serve_clients(self) -> None:
         """The client endpoint (gRPC) and the parts built with it."""
         loop = asyncio.get_running_loop()
-        self.grpc_server, self.grpc_service = await serve(self.config, self.store, self.topics, self.consumer_meta, self.metalog)
+        ports = EndpointPorts(  # what the gRPC edge needs of this broker (brokers/grpc/service.py)
+            gate=self.permission,  # with acting(): whether sends go to the master (brokers/core/admission.py)
+            acting=lambda: self.metalog.mode is MetaMode.ACTING,
+            topics_changed=self.nameserver.register_soon,
+            offset_committed=self.offset_reporter.committed,
+            report_sealed=lambda sealed: self.nameserver.call("static_topic_sealed", sealed),
+            may_seal=lambda: self.metalog.mode is MetaMode.WRITER,  # static topics: the master seals
+        )
+        self.grpc_server, self.grpc_service = await serve(
+            self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports
+        )
         self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
         # The set's transaction checks run where its special services do (reference §5.1): on the
         # master, or on the slave acting for a dead one.
         checks = TransactionChecks(
             self.grpc_service.transactions,
-            self.grpc_service,
+            self.grpc_service.producers,
             self._peer_client,
             self._group_members,
             self.config.broker_addr,
@@ -231,12 +238,6 @@ class Broker:
         for code, handler in checks.handlers().items():
             self.peers.handle(code, handler)
         self._transactions = loop.create_task(checks.run(), name="transactions")
-        self.grpc_service.on_topics_changed = self.nameserver.register_soon
-        self.grpc_service.forwards_sends = self._forwards_sends
-        self.grpc_service.on_offset_committed = self.offset_reporter.committed
-        static = self.grpc_service.static  # static topics' mappings (brokers/static.py): the master seals
-        static.report = lambda sealed: self.nameserver.call("static_topic_sealed", sealed)
-        static.may_seal = lambda: self.metalog.mode is MetaMode.WRITER
 
     async def _repair_store_in_place(self) -> None:
         """Classic mode has no controller to move mastership: a failed store is repaired in place
@@ -265,7 +266,7 @@ class Broker:
             await cancel_and_wait(self._revive, self._transactions)
             await self.grpc_server.stop(grace=2)
             await self.timers.deactivate()
-            self.grpc_service._persist_offsets()
+            self.grpc_service.persist_offsets()
             await self.grpc_service.close()
         await cancel_and_wait(self._report_offsets, self._report_status, self._follow, *self._background)
         if self.members is not None:
@@ -287,20 +288,13 @@ class Broker:
         epoch (once sends are let in); a slave follows its master's records. Requests forwarded to
         the old master are given up for the new one (a frozen master never answers them)."""
         if self.grpc_service is not None:
-            self.grpc_service.forwarder.master_changed()
+            self.grpc_service.master_changed()
         if master:
             await self.metalog.become_writer(state_version=epoch)
             self._taken_over()
         else:
             self.metalog.become_follower()
             await self.timers.deactivate()
-
-    def _forwards_sends(self) -> bool:
-        """A slave (or a broker the controller has not given a role yet) hands sends to its master;
-        an acting master does not (its group takes no writes while the master is down), nor does an
-        isolated or pre-online master (an operator's or the broker's own decision)."""
-        reason = self.permission.reason
-        return reason in (WriteReason.SLAVE, WriteReason.FENCED) and self.metalog.mode is not MetaMode.ACTING
 
     async def _snapshot_asked(self, body: dict) -> dict:
         """A replica without a base asks for a snapshot record (only a master writes one)."""
@@ -322,7 +316,7 @@ class Broker:
         if self.grpc_service is not None:
             self._in_background(self.grpc_service.correct_overflows(), "offset-overflow")
             self.grpc_service.static.seal_due()
-            self.grpc_service.transactions.loaded = False  # rebuilt from this log at its first use
+            self.grpc_service.transactions.reload()  # rebuilt from this log at its first use
         if self.config.timerWheelEnable:
             self.timers.activate()  # due timers go out from this log's last checkpoint on
 

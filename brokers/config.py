@@ -24,7 +24,7 @@ import javaproperties
 from mqrules import validation
 from mqrules.keyed_config import BROKER_SECRET_KEYS
 
-from .delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from .core.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from .store.files import write_text_atomically
 
 
@@ -89,7 +89,7 @@ class BrokerConfig:
     timerWheelEnable: bool = True
     timerPrecisionMs: int = 50
     timerMaxDelaySec: int = 259200
-    # 4.x delay levels (brokers/delay_levels.py), carried out by the same wheel: a message's DELAY
+    # 4.x delay levels (brokers/core/delay_levels.py), carried out by the same wheel: a message's DELAY
     # property is a level of messageDelayLevel; useDelayLevel (RocketMQ's proxy setting) rounds every
     # 5.x delivery time up to a level.
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS

@@ -6,7 +6,7 @@ delivery: ack or ChangeInvisibleDuration with an old handle (a newer one was iss
 was revived) is refused. The revive loop puts every message whose invisible time passed into the
 group's retry topic ``%RETRY%{group}_{topic}`` with reconsumeTimes + 1, or into ``%DLQ%{group}``
 once it was delivered ``popReviveMaxAttemptTimes`` (16) times. Orderly queues (FIFO topics,
-brokers/fifo.py) have no retry topic: the queue's next pop hands an expired message out again in
+brokers/core/fifo.py) have no retry topic: the queue's next pop hands an expired message out again in
 place, from this same state.
 
 Every change is also a record in the broker's own commit log (brokers/meta.py, as RocketMQ keeps
@@ -20,109 +20,21 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass, field
 
-RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
+from .core.pop import InFlight, QueueState, ReceiptHandle, dlq_topic, retry_topic, wire_nonce, wire_offset
 
-
-def retry_topic(group: str, topic: str) -> str:
-    return f"{RETRY_PREFIX}{group}_{topic}"  # V1 naming (enableRetryTopicV2=false)
-
-
-def dlq_topic(group: str) -> str:
-    return f"{DLQ_PREFIX}{group}"
-
-
-@dataclass(frozen=True)
-class ReceiptHandle:
-    group: str
-    topic: str
-    queue_id: int
-    offset: int
-    nonce: str
-    # The broker set that handed it out, on a static topic's messages (brokers/static.py): an ack
-    # may reach another broker set of the logical queue, which hands it on. Empty: this one.
-    broker: str = ""
-
-    def encode(self) -> str:
-        parts = [self.group, self.topic, str(self.queue_id), str(self.offset), self.nonce]
-        if self.broker:
-            parts.append(self.broker)
-        return "\x1f".join(parts).encode().hex()
-
-    @classmethod
-    def decode(cls, raw: str) -> ReceiptHandle | None:
-        try:
-            group, topic, queue_id, offset, nonce, *broker = bytes.fromhex(raw).decode().split("\x1f")
-            if len(broker) > 1:
-                return None
-            return cls(group, topic, int(queue_id), int(offset), nonce, broker[0] if broker else "")
-        except (ValueError, UnicodeDecodeError):
-            return None
-
-
-@dataclass
-class InFlight:
-    deadline_ms: int
-    attempt: int  # delivery attempt, starting at 1
-    nonce: str
-
-
-@dataclass
-class QueueState:
-    pop_offset: int  # next offset never popped
-    acked_below: int  # every offset below this one is done (the committed consumer offset)
-    in_flight: dict[int, InFlight] = field(default_factory=dict)
-    done: set[int] = field(default_factory=set)  # acked (or revived) offsets above acked_below
-    redeliver: dict[int, int] = field(default_factory=dict)  # offset -> its next attempt (revived in place)
-
-    def finish(self, offset: int) -> None:
-        if offset < self.acked_below:
-            return
-        self.in_flight.pop(offset, None)
-        self.redeliver.pop(offset, None)
-        self.done.add(offset)
-        while self.acked_below in self.done:
-            self.done.discard(self.acked_below)
-            self.acked_below += 1
-
-    def reset(self, offset: int) -> None:
-        """Start again at ``offset`` (an offset beyond the queue's end, corrected)."""
-        self.pop_offset = self.acked_below = offset
-        self.in_flight.clear()
-        self.done.clear()
-        self.redeliver.clear()
-
-    def to_wire(self) -> dict:
-        return {
-            "popOffset": self.pop_offset,
-            "ackedBelow": self.acked_below,
-            "inFlight": [[o, f.deadline_ms, f.attempt, f.nonce] for o, f in sorted(self.in_flight.items())],
-            "done": sorted(self.done),
-            "redeliver": [[o, a] for o, a in sorted(self.redeliver.items())],
-        }
-
-    @classmethod
-    def from_wire(cls, raw: dict) -> QueueState:
-        """Raises ValueError/TypeError/KeyError on anything malformed (brokers/meta.py says which record)."""
-        q = cls(wire_offset(raw["popOffset"]), wire_offset(raw["ackedBelow"]))
-        for o, deadline, attempt, nonce in raw.get("inFlight", ()):
-            q.in_flight[wire_offset(o)] = InFlight(wire_offset(deadline), wire_offset(attempt), wire_nonce(nonce))
-        q.done = {wire_offset(o) for o in raw.get("done", ())}
-        q.redeliver = {wire_offset(o): wire_offset(a) for o, a in raw.get("redeliver", ())}
-        return q
-
-
-def wire_offset(value: object) -> int:
-    if type(value) is not int or not 0 <= value < 2**63:
-        raise ValueError(f"{value!r} is not an offset (an integer in [0, 2**63))")
-    return value
-
-
-def wire_nonce(value: object) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= 64:
-        raise ValueError(f"{value!r} is not a receipt nonce")
-    return value
+# The values and rules live in brokers/core/pop.py; named here too for the record replay (brokers/meta.py).
+__all__ = [
+    "PopState",
+    "InFlight",
+    "QueueState",
+    "ReceiptHandle",
+    "dlq_topic",
+    "now_ms",
+    "retry_topic",
+    "wire_nonce",
+    "wire_offset",
+]
 
 
 def now_ms() -> int:

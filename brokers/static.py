@@ -30,6 +30,7 @@ from pathlib import Path
 
 from mqrules.logical_queues import LogicalQueue, Segment, TopicMapping
 
+from .core import static as rules
 from .store.files import write_json_atomically
 
 log = logging.getLogger("brokers.static")
@@ -37,8 +38,22 @@ log = logging.getLogger("brokers.static")
 SEAL_WAIT_STEP_S = 0.002
 
 
+Report = Callable[[dict], Awaitable[object]]
+
+
 class StaticQueues:
-    def __init__(self, broker_name: str, max_queue_offset: Callable[[str, int], int], path: Path | None = None):
+    """``report``: sends the static_topic_sealed frame; ``may_seal()``: whether this broker seals (only
+    the master does)."""
+
+    def __init__(
+        self,
+        broker_name: str,
+        max_queue_offset: Callable[[str, int], int],
+        path: Path | None = None,
+        *,
+        report: Report | None = None,
+        may_seal: Callable[[], bool] = lambda: False,
+    ):
         self.broker = broker_name
         self._max_offset = max_queue_offset
         self.path = path
@@ -48,10 +63,10 @@ class StaticQueues:
                 m = TopicMapping.from_wire(raw)
                 self.mappings[m.topic] = m
         self._changed = asyncio.Event()
-        self._turn = itertools.count()
+        self.turns = itertools.count()  # the owned logical queues a send without a group takes in turn
         self.writing: Counter[tuple[str, int]] = Counter()  # sends on their way to the store, per physical queue
-        self.report: Callable[[dict], Awaitable[object]] | None = None  # the static_topic_sealed frame
-        self.may_seal: Callable[[], bool] = lambda: False  # only the master seals
+        self.report = report
+        self.may_seal = may_seal
         self._sealing: set[tuple[str, int, int]] = set()
         self._background: set[asyncio.Task] = set()
 
@@ -97,31 +112,20 @@ class StaticQueues:
     # --- writes -----------------------------------------------------------------------------------
 
     def write_target(self, m: TopicMapping, lid: int | None) -> tuple[int, Segment] | None:
-        """Where a message goes: logical queue ``lid`` (a FIFO message's, by its group) or, for any
-        other, the logical queues this broker set takes writes of in turn; None when the queue's
-        writes go to another broker set."""
-        if lid is None:
-            owned = m.owned_by(self.broker)
-            if not owned:
-                return None
-            lid = owned[next(self._turn) % len(owned)]
-        segment = m.queues[lid].writable
-        return (lid, segment) if segment.broker_name == self.broker else None
+        """Where a message goes (brokers/core/static.py ``write_target``): logical queue ``lid`` (a FIFO
+        message's, by its group) or, for any other, the logical queues this broker set takes writes of
+        in turn; None when the queue's writes go to another broker set."""
+        return rules.write_target(m, self.broker, lid, self.turns)
 
     # --- reading ----------------------------------------------------------------------------------
 
     def logical(self, topic: str, queue_id: int, offset: int) -> tuple[int, int] | None:
         """(logical queue, logical offset) of this broker set's physical ``queue_id`` at ``offset``."""
-        m = self.mappings.get(topic)
-        found = m.segment_at(self.broker, queue_id) if m is not None else None
-        if found is None or found[1].logic_start is None:
-            return None
-        lid, s = found
-        return lid, s.logic_start + (offset - s.phys_start)  # type: ignore[operator]
+        return rules.logical_position(self.mappings.get(topic), self.broker, queue_id, offset)
 
     @staticmethod
     def live(q: LogicalQueue) -> list[Segment]:
-        return [s for s in q.segments if not s.expired]
+        return rules.live(q)
 
     # --- sealing ----------------------------------------------------------------------------------
 

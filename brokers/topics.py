@@ -4,7 +4,7 @@ DataVersion that moves on every change, so the nameserver re-reads queue data wh
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -43,18 +43,27 @@ class TopicConfig:
 
 
 class TopicConfigManager:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, on_changed: Callable[[TopicConfig | str], None] | None = None):
+        """``on_changed``: told of every change after ``seed`` (the topic, or its name when deleted):
+        a master records it for its slaves."""
         self.path = Path(path)
         self.topics: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
         self.state_version = 0
-        # Told of every change (the topic, or its name when deleted): a master records it for its slaves.
-        self.on_changed: Callable[[TopicConfig | str], None] | None = None
+        self._on_changed = on_changed
         if self.path.exists():
             raw = json.loads(self.path.read_text())
             self.topics = {name: TopicConfig.from_json(name, tc) for name, tc in raw["topicConfigTable"].items()}
             dv = raw.get("dataVersion", {})
             self.data_version = DataVersion(dv.get("stateVersion", 0), dv.get("counter", 0), dv.get("timestamp", 0))
+
+    def seed(self, topics: Iterable[TopicConfig]) -> None:
+        """At start-up, the topics every broker has (the system topics) where missing: stored, not told
+        (nothing records them for the slaves, who seed their own)."""
+        missing = [tc for tc in topics if tc.topicName not in self.topics]
+        for tc in missing:
+            self.topics[tc.topicName] = tc
+            self._changed()
 
     def update(self, tc: TopicConfig) -> bool:
         """Create or update a topic; True if something changed (then the version moved and it is stored)."""
@@ -62,17 +71,22 @@ class TopicConfigManager:
             return False
         self.topics[tc.topicName] = tc
         self._changed()
-        if self.on_changed is not None:
-            self.on_changed(tc)
+        if self._on_changed is not None:
+            self._on_changed(tc)
         return True
 
     def delete(self, name: str) -> bool:
         if self.topics.pop(name, None) is None:
             return False
         self._changed()
-        if self.on_changed is not None:
-            self.on_changed(name)
+        if self._on_changed is not None:
+            self._on_changed(name)
         return True
+
+    def bump_state_version(self, epoch: int) -> None:
+        """DataVersion.nextVersion(masterEpoch): the nameserver orders registrations by it (§3.3 step 5)."""
+        self.state_version = epoch
+        self._changed()
 
     def _changed(self) -> None:
         self.data_version = self.data_version.next(self.state_version)

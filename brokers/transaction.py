@@ -36,23 +36,29 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
+from .core.timer import REAL_QID, REAL_TOPIC
+from .core.transaction import (
+    CHECK_TIMES,
+    PGROUP,
+    TRAN_MSG,
+    TRANSACTION_ID,
+    TXN_KEYS,
+    CheckAction,
+    Half,
+    Resolution,
+    TxnRefused,
+    check_action,
+    resolution_allowed,
+)
 from .store.message import Message
 from .store.store import MessageStore, PutMessageStatus
-from .timer import REAL_QID, REAL_TOPIC
 
 log = logging.getLogger("brokers.transaction")
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-# RocketMQ's property names (MessageConst)
-TRAN_MSG = "TRAN_MSG"
-PGROUP = "PGROUP"
-TRANSACTION_ID = "__transactionId__"
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-TXN_KEYS = frozenset({TRAN_MSG, PGROUP, TRANSACTION_ID, CHECK_TIMES, REAL_TOPIC, REAL_QID})
 READ_BATCH = 1024
 RESOLVED_KEPT = 100_000  # resolved transactions remembered for idempotent answers
 CHECK_BATCH = 256  # put-back copies written together by a check run
@@ -67,16 +73,6 @@ WRITTEN_UNCONFIRMED = frozenset(
 )
 
 
-class Resolution(StrEnum):
-    COMMIT = "COMMIT"
-    ROLLBACK = "ROLLBACK"
-    DISCARD = "DISCARD"  # checked transactionCheckMax times without an answer
-
-
-class TxnRefused(ValueError):
-    """An EndTransaction the broker refuses (INVALID_TRANSACTION_ID); nothing was written."""
-
-
 class TxnNotStored(RuntimeError):
     """The resolution could not be written (not the master any more, no in-sync replica)."""
 
@@ -89,7 +85,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-# --- pure rules ----------------------------------------------------------------------------------
+# --- the messages a transaction writes (its rules: brokers/core/transaction.py) ---------------------
 
 
 def into_half(msg: Message, transaction_id: str) -> Message:
@@ -108,7 +104,7 @@ def committed(half: Message) -> Message:
 
 
 def escaped_commit(half: Message) -> Message:
-    """A committed message an acting master sends to another master (brokers/escape.py): it keeps
+    """A committed message an acting master sends to another master (brokers/grpc/escape.py): it keeps
     ``__transactionId__``, which only brokers set, so the master it goes to stores it at once."""
     msg = committed(half)
     msg.properties = {**msg.properties, TRANSACTION_ID: half.properties[TRANSACTION_ID]}
@@ -147,47 +143,12 @@ def parse_op(m: Message) -> tuple[str, Resolution] | None:
         return None
 
 
-@dataclass(frozen=True)
-class Half:
-    """The latest stored copy of an unresolved transaction's half message."""
-
-    offset: int
-    topic: str
-    stored_ms: int
-    checks: int
-
-
 def half_of(m: Message) -> tuple[str, Half] | None:
     props = m.properties
     txn = props.get(TRANSACTION_ID)
     if not txn or REAL_TOPIC not in props:
         return None
     return txn, Half(m.queue_offset, props[REAL_TOPIC], m.store_timestamp, check_times(m))
-
-
-def resolution_allowed(known: Half | None, done: Resolution | None, topic: str, asked: Resolution) -> bool:
-    """Whether an EndTransaction for ``topic`` asking ``asked`` is to be carried out (True) or
-    answered OK with nothing to do (False: resolved alike before); TxnRefused otherwise."""
-    if done is not None:
-        if done is asked:
-            return False
-        raise TxnRefused(f"the transaction was resolved before ({done.value}), not {asked.value}")
-    if known is None:
-        raise TxnRefused("no such transaction is waiting on this broker set (unknown, or resolved long ago)")
-    if known.topic != topic:
-        raise TxnRefused(f"the transaction belongs to topic {known.topic}, not {topic}")
-    return True
-
-
-def check_action(half: Half, now: int, timeout_ms: int, check_max: int, acting: bool = False) -> str | None:
-    """What a check run does with an unresolved half message: None (too young), "check" (put a copy
-    back for the producer to be asked), or "discard" (asked ``check_max`` times already). An acting
-    master, which cannot write the discard, leaves it to its master: None."""
-    if now - half.stored_ms < timeout_ms:
-        return None
-    if half.checks >= check_max:
-        return None if acting else "discard"
-    return "check"
 
 
 @dataclass(frozen=True)
@@ -252,6 +213,11 @@ class Transactions:
         this log at its next use."""
         self.acting, self.escape, self.loaded = acting, escape if acting else None, False
         self.acting_checks.clear()
+
+    def reload(self) -> None:
+        """Rebuild the index from this broker's log at its next use (a takeover, serving again: the
+        log may hold what another broker wrote meanwhile)."""
+        self.loaded = False
 
     def adopt(self, resolutions: dict[str, Resolution], unsent: set[str]) -> None:
         """Pre-online: what the acting master resolved (``unsent``: commits it sent nowhere), recorded
@@ -533,7 +499,7 @@ class Transactions:
                 stored = await self._stored_half(self.pending[txn].offset)
                 if stored is None:
                     continue
-                if action == "discard":
+                if action is CheckAction.DISCARD:
                     writes += [discarded(stored), op_record(txn, Resolution.DISCARD, half.offset)]
                     dropped.append(txn)
                     continue

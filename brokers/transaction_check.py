@@ -7,7 +7,7 @@
   ``Transactions.check_once`` (brokers/transaction.py): the master puts back a copy of each
   transaction due, an acting master counts its checks in memory.
 - **Who relays** (``relay_for``). The official clients keep their Telemetry streams with whichever
-  replicas their routes name (the Python client's name the slaves, brokers/grpc/service.py
+  replicas their routes name (the Python client's name the slaves, brokers/grpc/routes.py
   ``queue_addrs``): a producer may be reachable from several replicas of the set, or not from the
   serving broker at all. Exactly one broker relays each check (a Telemetry
   RecoverOrphanedTransactionCommand): the serving broker itself when a producer of the group holds a
@@ -27,12 +27,12 @@ import binascii
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from .control.peers import CALL_TIMEOUT_S, PeerError, PeerRefused, RequestCode, ResponseCode
+from .core.transaction import PGROUP, assign
 from .store.message import Blank, CorruptRecord, Message, decode, encode
-from .transaction import PGROUP, Transactions
+from .transaction import Transactions
 
 log = logging.getLogger("brokers.transaction")
 
@@ -57,38 +57,11 @@ class PeerCaller(Protocol):
 Members = Callable[[], Awaitable[Mapping[int, str]]]
 
 
-# --- the rule (pure) ----------------------------------------------------------------------------------
+# --- the rule: brokers/core/transaction.py (relay_for, assign) ----------------------------------------
 
 
 def group_of(check: Message) -> str:
     return check.properties.get(PGROUP, "")
-
-
-def relay_for(serving: str, members: Mapping[int, str], holders: AbstractSet[str]) -> str | None:
-    """The one broker (by address) that relays a check of a producer group to a producer: the serving
-    broker (master or acting master) when it holds one of the group's streams; else the live replica
-    (``members``, broker id -> address) with the smallest id that does; None when no broker of the
-    set does. ``holders``: the addresses holding a stream of the group."""
-    if serving in holders:
-        return serving
-    return next((addr for _, addr in sorted(members.items()) if addr != serving and addr in holders), None)
-
-
-def assign(
-    checks: Sequence[Message], serving: str, members: Mapping[int, str], holders_of: Mapping[str, AbstractSet[str]]
-) -> dict[str, list[Message]]:
-    """Each check to its relay (``relay_for`` of its group): relay address -> its checks, in order.
-    A check whose group no broker holds is in none."""
-    plan: dict[str, list[Message]] = {}
-    relays: dict[str, str | None] = {}
-    for check in checks:
-        group = group_of(check)
-        if group not in relays:
-            relays[group] = relay_for(serving, members, holders_of.get(group, frozenset()))
-        relay = relays[group]
-        if relay is not None:
-            plan.setdefault(relay, []).append(check)
-    return plan
 
 
 # --- peer bodies (pure) -------------------------------------------------------------------------------
@@ -185,7 +158,7 @@ class TransactionChecks:
             await asyncio.sleep(STEP_S)
             try:
                 if not self.serving():
-                    self.transactions.loaded = False  # rebuilt from the log when this broker serves again
+                    self.transactions.reload()  # rebuilt from the log when this broker serves again
                 elif time.monotonic() - last_check >= self.interval_ms / 1000:
                     last_check = time.monotonic()
                     checks = await self.transactions.check_once()
@@ -209,7 +182,7 @@ class TransactionChecks:
             for addr, held in zip(others, answers, strict=True):
                 for group in held:
                     holders_of.setdefault(group, set()).add(addr)
-        plan = assign(checks, self.own_addr, members, holders_of)
+        plan = assign(checks, group_of, self.own_addr, members, holders_of)
         sent = sum(self.local.relay_check(group_of(c), c) for c in plan.pop(self.own_addr, ()))
         remote = list(plan.items())
         sent += sum(await asyncio.gather(*(self._hand(addr, mine) for addr, mine in remote)))

@@ -332,7 +332,7 @@ class ReplicasManager:
         self.sync_state_set_epoch = ss_epoch
         await self.ha.change_to_master(epoch, members or {self.broker_id})
         self.master_id, self.master_addr = self.broker_id, self.config.broker_addr
-        self._bump_state_version(epoch)
+        self.topics.bump_state_version(epoch)
         await self.on_role(True, epoch)
         self.link.broker_id = 0
         self.permission.update(fenced=False)
@@ -351,7 +351,7 @@ class ReplicasManager:
         same_master = master_id == self.master_id and self.ha.role is BrokerRole.SLAVE
         self.master_epoch = epoch
         self.master_id, self.master_addr = master_id, master_addr
-        self._bump_state_version(epoch)
+        self.topics.bump_state_version(epoch)
         if not same_master:
             await self.ha.change_to_slave()
         await self.on_role(False, epoch)
@@ -361,13 +361,6 @@ class ReplicasManager:
         self.state = ReplicasState.RUNNING
         log.info("now SLAVE of %s (master %s at %s, epoch %d)", self.config.brokerName, master_id, master_addr, epoch)
         self.link.register_soon()
-
-    def _bump_state_version(self, epoch: int) -> None:
-        """DataVersion.nextVersion(masterEpoch): the nameserver orders registrations by it (§3.3 step 5)."""
-        topics = self.topics
-        topics.state_version = epoch
-        topics.data_version = topics.data_version.next(epoch)
-        topics.persist()
 
     # --- a master whose store fails steps down -------------------------------------------------------
 

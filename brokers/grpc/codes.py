@@ -1,10 +1,12 @@
-"""Send results as RocketMQ 5 clients expect them (reference §4.4; the proxy's mapping): the four
-"stored" statuses keep their meaning, anything else is an error code. Pure."""
+"""Statuses as RocketMQ 5 clients expect them: the one way the gRPC edge builds a ``Status``, and send
+results (reference §4.4; the proxy's mapping): the four "stored" statuses keep their meaning,
+anything else is an error code. Pure."""
 
 from __future__ import annotations
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from ..core.codes import Status
 from ..store.store import PutMessageStatus
 
 SEND_STATUS_CODES = {
@@ -33,3 +35,16 @@ def permission(perm: int) -> int:
     if writeable:
         return pb.Permission.WRITE
     return pb.Permission.NONE
+
+
+def status(code: int, message: str = "") -> pb.Status:
+    """A ``Status`` as the proxy answers it: without a message, the code's name."""
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+def status_of(decided: Status) -> pb.Status:
+    """A core decision's status (brokers/core/codes.py: the same codes, by number)."""
+    return pb.Status(code=decided.code, message=decided.message)
+
+
+OK = status(pb.Code.OK)  # copied into each message that carries it (protobuf messages are never shared)

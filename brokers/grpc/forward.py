@@ -26,7 +26,10 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 import httpx
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
+
+from .codes import status
 
 log = logging.getLogger("brokers.grpc")
 
@@ -190,6 +193,17 @@ class Forwarder:
                 log.info("forwarding %s to %s failed (%s); looking again", method, addr, exc.code().name)
                 await asyncio.sleep(LOOKUP_STEP_S)
         raise NoServingBroker(f"forwarding {method} failed: {last}" if last else f"forwarding {method} timed out")
+
+    async def forward(self, method: str, request, context, empty, forwarding: Callable[[], bool]):
+        """Hand a unary call to the group's serving broker: its answer; nobody there in time:
+        INTERNAL_SERVER_ERROR, which the clients retry (``empty``: the response type); None when this
+        broker serves it after all (``forwarding()`` turned false: elected meanwhile)."""
+        try:
+            return await self.unary(method, request, context, forwarding)
+        except NoServingBroker as exc:
+            return empty(status=status(pb.Code.INTERNAL_SERVER_ERROR, str(exc)))
+        except ServeHere:
+            return None
 
     async def stream(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True, metadata=None):
         """Forward a server-streaming call (ReceiveMessage): the serving broker's answers, as they come.

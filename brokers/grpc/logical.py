@@ -1,5 +1,6 @@
 """Static topics' logical queues for the official clients (docs/static-topics.md; the mappings and
-sealing in brokers/static.py). Mixed into MessagingService, after ConsumerSide.
+sealing in brokers/static.py, the rules in brokers/core/static.py): what the gRPC handlers hand on to
+another broker set of a logical queue, and how (``StaticHops``).
 
 A route names, for each logical queue, the broker set of its writable segment (the *owner*). Clients
 see ordinary queues and logical offsets; a broker set hands on what another one holds:
@@ -24,23 +25,23 @@ import asyncio
 from collections import defaultdict
 from functools import partial
 
+import httpx
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
 from mqrules.logical_queues import Segment, TopicMapping, min_logical_offset
 
-from ..pop import ReceiptHandle, retry_topic
+from ..consuming import ConsumeService
+from ..core.pop import ReceiptHandle
+from ..core.static import live
 from ..static import StaticQueues
+from .codes import status as _status
 from .forward import Forwarder, NoServingBroker
 
 SEGMENT_KEY = "x-static-segment"
 HOP_KEY = "x-static-hop"
 SEGMENT_DONE = "SEGMENT_DONE"  # the status message of a segment the group is done with
 DECIDE_WAIT_S = 2.0
-
-
-def _status(code: int, message: str = "") -> pb.Status:
-    return pb.Status(code=code, message=message or pb.Code.Name(code))
 
 
 def segment_key(s: Segment) -> str:
@@ -53,17 +54,24 @@ def _find(m: TopicMapping, lid: int, key: str) -> Segment | None:
     return next((s for s in m.queues[lid].segments if segment_key(s) == key), None)
 
 
+def foreign(handle: ReceiptHandle | None, here: str) -> str | None:
+    """The broker set a receipt handle must go to, when that is not this one (``here``)."""
+    if handle is None or not handle.broker or handle.broker == here:
+        return None
+    return handle.broker
+
+
 def _metadata(context) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
-class LogicalSide:
-    """Needs ConsumerSide's pop machinery and ``self.static`` (StaticQueues), ``self._http``."""
+class StaticHops:
+    """Hands a static topic's sends, receives, acks and offset queries on to the broker set that holds
+    what they need (another set's serving broker, over its client endpoint); serves what is held here
+    with the consuming service."""
 
-    static: StaticQueues
-
-    def init_logical(self, static: StaticQueues) -> None:
-        self.static = static
+    def __init__(self, own_grpc_addr: str, http: httpx.AsyncClient, static: StaticQueues, consuming: ConsumeService):
+        self.own, self.http, self.static, self.consuming = own_grpc_addr, http, static, consuming
         self._set_forwarders: dict[str, Forwarder] = {}
         self._done_segments: set[tuple[str, str, int, str]] = set()  # (group, topic, lid, segment key)
 
@@ -71,13 +79,12 @@ class LogicalSide:
         """Calls to another broker set's serving broker."""
         fwd = self._set_forwarders.get(broker_name)
         if fwd is None:
-            fwd = self._set_forwarders[broker_name] = Forwarder(broker_name, self.config.grpc_addr, self._http)
+            fwd = self._set_forwarders[broker_name] = Forwarder(broker_name, self.own, self.http)
         return fwd
 
-    async def close_logical(self) -> None:
+    async def close(self) -> None:
         for fwd in self._set_forwarders.values():
             await fwd.close()
-        await self.static.close()
 
     # --- sends ------------------------------------------------------------------------------------
 
@@ -93,19 +100,11 @@ class LogicalSide:
 
     # --- receives ---------------------------------------------------------------------------------
 
-    def _segment_done(self, group: str, topic: str, s: Segment) -> bool:
-        """``group`` has every message of sealed segment ``s`` (of this broker set) acknowledged, and
-        nothing waits in its retry topic here."""
-        if s.phys_end is None or self.pop.peek(group, topic, s.queue_id).acked_below < s.phys_end:
-            return False
-        retry = retry_topic(group, topic)
-        return self.pop.peek(group, retry, 0).acked_below >= self.store.max_queue_offset(retry, 0)
-
     async def receive_static(
         self, request: spb.ReceiveMessageRequest, context, m: TopicMapping, every_queue: bool, pop, deadline: float
     ):
         """A receive of a static topic. An official client (``every_queue``, as for plain topics:
-        consumer.py ``_receive_order``) gets the logical queue it named, or else the other logical
+        brokers/core/pop.py ``receive_order``) gets the logical queue it named, or else the other logical
         queues this broker set owns, so that a client that only asks queue 0 (the Node.js
         SimpleConsumer) reads every queue; all of them are looked at again as messages arrive, until
         ``deadline`` (the long poll). A request naming no language (a tool) reads the queue named.
@@ -131,9 +130,9 @@ class LogicalSide:
                     return
                 if answers and answers[0].status.code not in (pb.Code.OK, pb.Code.MESSAGE_NOT_FOUND):
                     trouble = answers[0]
-            if loop.time() >= deadline or not self.serving:
+            if loop.time() >= deadline or not self.consuming.serving:
                 break
-            await self._until_new(request.group.name, m.topic)
+            await self.consuming.until_new(request.group.name, m.topic)
         yield trouble or spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
 
     async def receive_logical(self, request: spb.ReceiveMessageRequest, context, m: TopicMapping, pop_segment):
@@ -150,20 +149,20 @@ class LogicalSide:
             if s is None or s.broker_name != self.static.broker:  # not (yet) known here: never taken for done
                 yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, f"segment {asked} is not known here"))
                 return
-            if self._segment_done(group, m.topic, s):
+            if self.consuming.segment_done(group, m.topic, s):
                 yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, SEGMENT_DONE))
                 return
             async for answer in pop_segment(lid, s, s.phys_end is None and s is m.queues[lid].writable):
                 yield answer
             return
         q = m.queues[lid]
-        for s in StaticQueues.live(q):
+        for s in live(q):
             done_key = (group, m.topic, lid, segment_key(s))
             if done_key in self._done_segments:
                 continue
             last = s is q.writable
             if s.broker_name == self.static.broker:
-                if not last and self._segment_done(group, m.topic, s):
+                if not last and self.consuming.segment_done(group, m.topic, s):
                     self._done_segments.add(done_key)
                     continue
                 if last and s.logic_start is None:  # the old segment is being sealed: its end decides
@@ -199,12 +198,6 @@ class LogicalSide:
         yield spb.ReceiveMessageResponse(status=_status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))
 
     # --- acks -------------------------------------------------------------------------------------
-
-    def foreign(self, handle: ReceiptHandle | None) -> str | None:
-        """The broker set a receipt handle must go to, when that is not this one."""
-        if handle is None or not handle.broker or handle.broker == self.static.broker:
-            return None
-        return handle.broker
 
     async def ack_elsewhere(self, request: spb.AckMessageRequest, context, entries: dict[str, list[int]]):
         """Hand acks on to the broker sets that handed the messages out; per entry index, its status."""
@@ -266,7 +259,7 @@ class LogicalSide:
             if w.logic_start is None or w.broker_name != self.static.broker:
                 undecided = _status(pb.Code.INTERNAL_SERVER_ERROR, "the queue's move is not decided yet")
                 return spb.QueryOffsetResponse(status=undecided)
-        end = w.logic_start + (self.store.max_queue_offset(m.topic, w.queue_id) - w.phys_start)
+        end = w.logic_start + (self.consuming.store.max_queue_offset(m.topic, w.queue_id) - w.phys_start)
         return spb.QueryOffsetResponse(status=_status(pb.Code.OK), offset=end)
 
     async def _offset_by_time(self, request, context, m: TopicMapping, lid: int) -> spb.QueryOffsetResponse | None:
@@ -275,7 +268,7 @@ class LogicalSide:
         Asked for one segment (``x-static-segment``): the answer of that segment, held here."""
         wanted = request.timestamp.seconds * 1000 + request.timestamp.nanos // 10**6
         asked = _metadata(context).get(SEGMENT_KEY)
-        segments = StaticQueues.live(m.queues[lid])
+        segments = live(m.queues[lid])
         if asked is not None:
             segments = [s for s in segments if segment_key(s) == asked]
             if not segments or segments[0].broker_name != self.static.broker or segments[0].logic_start is None:
@@ -284,8 +277,8 @@ class LogicalSide:
             if s.logic_start is None:
                 continue
             if s.broker_name == self.static.broker:
-                phys_end = self.store.max_queue_offset(m.topic, s.queue_id) if s.phys_end is None else s.phys_end
-                found = await self.offset_by_time(m.topic, s.queue_id, s.phys_start, phys_end, wanted)
+                phys_end = self.consuming.store.max_queue_offset(m.topic, s.queue_id) if s.phys_end is None else s.phys_end
+                found = await self.consuming.offset_by_time(m.topic, s.queue_id, s.phys_start, phys_end, wanted)
                 offset, end = s.logic_start + (found - s.phys_start), s.logic_start + (phys_end - s.phys_start)
             else:
                 try:

@@ -11,9 +11,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from isal.isal_zlib import crc32
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from ..fifo import SHARDING_KEY
+from ..core.fifo import SHARDING_KEY
+from ..core.timer import TIMER_DELIVER_MS
 from ..store.message import Message
-from ..timer import TIMER_DELIVER_MS
 
 
 def client_message(m: Message, topic: str, queue_id: int, hidden: Container[str]) -> pb.Message:

@@ -11,9 +11,9 @@ from collections.abc import Collection
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from ..delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from ..core.admission import MAX_BODY_SIZE
+from ..core.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 
-MAX_BODY_SIZE = 4 * 1024 * 1024  # as RocketMQ's maxMessageSize
 PRODUCER_MAX_ATTEMPTS = 3
 PRODUCER_BACKOFF = (0.010, 1.0, 2.0)  # initial s, max s, multiplier
 RECEIVE_BATCH_SIZE = 32
@@ -30,7 +30,7 @@ def _duration(seconds: float) -> Duration:
 
 def client_settings(asked: pb.Settings, retry_max_times: int, fifo_topics: Collection[str] = ()) -> pb.Settings:
     """The client's settings with what the server decides filled in (``asked`` is not changed).
-    ``fifo_topics``: the topics whose receives are orderly (brokers/fifo.py ``is_orderly``)."""
+    ``fifo_topics``: the topics whose receives are orderly (brokers/core/fifo.py ``is_orderly``)."""
     settings = pb.Settings()
     settings.CopyFrom(asked)
     if settings.client_type == pb.ClientType.PRODUCER or settings.HasField("publishing"):
@@ -61,7 +61,7 @@ def client_settings(asked: pb.Settings, retry_max_times: int, fifo_topics: Colle
 
 def subscribes_fifo(settings: pb.Settings, fifo_topics: Collection[str]) -> bool:
     """``subscription.fifo``: RocketMQ answers the group's consumeMessageOrderly; here receives from a
-    FIFO topic are orderly (brokers/fifo.py), so a SimpleConsumer subscribed to one is told so. A push
+    FIFO topic are orderly (brokers/core/fifo.py), so a SimpleConsumer subscribed to one is told so. A push
     consumer is not: told fifo, the Python one forwards a failed message to the DLQ itself
     (ForwardMessageToDeadLetterQueue, which this broker does not serve) instead of letting it come
     again; it still receives each queue in order."""

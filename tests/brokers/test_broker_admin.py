@@ -115,10 +115,10 @@ async def exercise(broker: Broker, conf) -> None:
     assert "inSyncReplicas" in report["dynamicKeys"] and "listenPort" not in report["dynamicKeys"]
 
     # A pop in flight (offsets 0 and 1), offset 0 acked: the group has committed 1.
-    popped = await grpc._pop_from(GROUP, TOPIC, 0, 2, 60_000, lambda tags: True)
+    popped = await grpc.consuming.pop_from(GROUP, TOPIC, 0, 2, 60_000, lambda tags: True)
     handles = [h for _, h, _ in popped]
     assert [h.offset for h in handles] == [0, 1]
-    await grpc._ack_queue((GROUP, TOPIC, 0), handles[:1])
+    await grpc.consuming.ack_queue((GROUP, TOPIC, 0), handles[:1])
     await until(lambda: committed(0) == 1)
 
     # A preview: searchOffset by time (queue 1 is empty: its max offset), nothing changes.
@@ -149,7 +149,7 @@ async def exercise(broker: Broker, conf) -> None:
     assert [(r["group"], r["queueId"], r["offset"]) for r in resets] == [(GROUP, 0, 0), (GROUP, 1, 0)]
     await until(reset_reported)
     await until(lambda: committed(0) == 0)
-    again = await grpc._pop_from(GROUP, TOPIC, 0, 1, 60_000, lambda tags: True)
+    again = await grpc.consuming.pop_from(GROUP, TOPIC, 0, 1, 60_000, lambda tags: True)
     assert [h.offset for _, h, _ in again] == [0]
 
     # Refusals: each with its code, nothing changed.

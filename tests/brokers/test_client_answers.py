@@ -2,7 +2,7 @@
 answers them (brokers/grpc/settings.py; every field a client reads is there, with the proxy's
 defaults, and what the client sent is kept), and route endpoints that name the live replicas of a
 group for the clients whose channels fail over between addresses, or one replica per queue for the
-client that retries on the next queue (brokers/grpc/service.py)."""
+client that retries on the next queue (brokers/grpc/routes.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from brokers.grpc.clients import MULTI_ADDRESS_CLIENTS, client_language
-from brokers.grpc.service import queue_addrs, replica_addrs
+from brokers.grpc.routes import queue_addrs, replica_addrs
 from brokers.grpc.settings import client_settings
 
 pytestmark = pytest.mark.unit

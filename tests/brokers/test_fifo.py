@@ -1,4 +1,4 @@
-"""FIFO messages (brokers/fifo.py): message groups are checked as the proxy checks them and each goes
+"""FIFO messages (brokers/core/fifo.py): message groups are checked as the proxy checks them and each goes
 to one queue, stably and spread; a FIFO consumer group's orderly pop hands a queue out one batch at a
 time, the next only once every delivery of the last is acked or past its invisible time, hands the
 unacked ones out again in place and in order (attempt + 1, no retry topic), gives a message up to
@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
-from brokers.fifo import (
+from brokers.consuming import ConsumeService
+from brokers.core.fifo import (
     BLOCKED,
     MAX_GROUP_LENGTH,
     SHARDING_KEY,
@@ -32,11 +33,12 @@ from brokers.fifo import (
     queue_of_group,
     still_invisible,
 )
-from brokers.grpc.consumer import SYSTEM_KEYS, ConsumerSide
+from brokers.core.pop import InFlight, QueueState, ReceiptHandle
+from brokers.grpc.consumer import SYSTEM_KEYS, ReceivingHandler
 from brokers.grpc.settings import client_settings
 from brokers.meta import ConsumerMeta
 from brokers.metalog import MetaMode
-from brokers.pop import InFlight, PopState, QueueState, ReceiptHandle
+from brokers.pop import PopState
 from brokers.static import StaticQueues
 from brokers.store.message import Message
 from brokers.store.store import PutMessageStatus
@@ -388,8 +390,8 @@ class SlowStore:
         return self.messages[offset : offset + count]
 
 
-def serving_master(tmp_path, size: int) -> ConsumerSide:
-    """The consumer side of a master (records stored after a turn of the loop) with one FIFO topic."""
+def serving_master(tmp_path, size: int) -> ReceivingHandler:
+    """The receiving side of a master (records stored after a turn of the loop) with one FIFO topic."""
     topics = TopicConfigManager(tmp_path / "topics.json")
     topics.update(TopicConfig("T", 1, 1, attributes={"message.type": "FIFO"}))
 
@@ -397,12 +399,12 @@ def serving_master(tmp_path, size: int) -> ConsumerSide:
         await asyncio.sleep(0)
         return SimpleNamespace(status=PutMessageStatus.PUT_OK, detail="")
 
-    side = ConsumerSide.__new__(ConsumerSide)
-    side.init_consumer(ConsumerMeta(tmp_path / "consumerOffset.json", topics), SimpleNamespace(mode=MetaMode.WRITER, write=write))
-    side.store, side.topics = SlowStore(size), topics
-    side.init_logical(StaticQueues("broker-a", side.store.max_queue_offset))
-    side.config = SimpleNamespace(retryMaxTimes=16, broker_addr="127.0.0.1:10911", lockInStrictMode=False, totalReplicas=1)
-    return side
+    config = SimpleNamespace(retryMaxTimes=16, broker_addr="127.0.0.1:10911", lockInStrictMode=False, totalReplicas=1)
+    store = SlowStore(size)
+    static = StaticQueues("broker-a", store.max_queue_offset)
+    meta = ConsumerMeta(tmp_path / "consumerOffset.json", topics)
+    consuming = ConsumeService(config, store, topics, meta, SimpleNamespace(mode=MetaMode.WRITER, write=write), static)
+    return ReceivingHandler(config, consuming, topics, static, hops=None, to_master=None)
 
 
 def test_an_ack_waits_for_the_pop_that_hands_its_message_out_again(tmp_path):
@@ -412,30 +414,30 @@ def test_an_ack_waits_for_the_pop_that_hands_its_message_out_again(tmp_path):
     side = serving_master(tmp_path, 3)
 
     async def scenario():
-        first = await side._pop_orderly("g", "T", 0, 2, 30_000, lambda tags: True)
+        first = await side.consuming.pop_orderly("g", "T", 0, 2, 30_000, lambda tags: True)
         assert [m.queue_offset for m, _, _ in first] == [0, 1]
-        for flight in side.pop.queue("g", "T", 0).in_flight.values():
+        for flight in side.consuming.pop.queue("g", "T", 0).in_flight.values():
             flight.deadline_ms = 0
         old_handle = first[0][1]
-        pop = asyncio.ensure_future(side._pop_orderly("g", "T", 0, 2, 30_000, lambda tags: True))
+        pop = asyncio.ensure_future(side.consuming.pop_orderly("g", "T", 0, 2, 30_000, lambda tags: True))
         await asyncio.sleep(0)  # the pop holds the lock and reads
-        acked = await side._ack_queue(("g", "T", 0), [old_handle])
+        acked = await side.ack_queue(("g", "T", 0), [old_handle])
         return await pop, acked
 
     again, acked = asyncio.run(scenario())
     assert [(m.queue_offset, attempt) for m, _, attempt in again] == [(0, 2), (1, 2)]
     assert [status.code for status in acked] == [pb.Code.INVALID_RECEIPT_HANDLE]
-    assert all(side.pop.ack(handle) for _, handle, _ in again)  # every handle handed out is good
+    assert all(side.consuming.pop.ack(handle) for _, handle, _ in again)  # every handle handed out is good
 
 
 def test_a_change_of_invisible_time_waits_for_the_pop_too(tmp_path):
     side = serving_master(tmp_path, 2)
 
     async def scenario():
-        (m, handle, _), _ = await side._pop_orderly("g", "T", 0, 2, 30_000, lambda tags: True)
-        side.pop.queue("g", "T", 0).in_flight[0].deadline_ms = 0
-        side.pop.queue("g", "T", 0).in_flight[1].deadline_ms = 0
-        pop = asyncio.ensure_future(side._pop_orderly("g", "T", 0, 2, 30_000, lambda tags: True))
+        (m, handle, _), _ = await side.consuming.pop_orderly("g", "T", 0, 2, 30_000, lambda tags: True)
+        side.consuming.pop.queue("g", "T", 0).in_flight[0].deadline_ms = 0
+        side.consuming.pop.queue("g", "T", 0).in_flight[1].deadline_ms = 0
+        pop = asyncio.ensure_future(side.consuming.pop_orderly("g", "T", 0, 2, 30_000, lambda tags: True))
         await asyncio.sleep(0)
         request = SimpleNamespace(receipt_handle=handle.encode(), invisible_duration=SimpleNamespace(seconds=60, nanos=0))
         answer = await side.ChangeInvisibleDuration(request, None)
@@ -450,14 +452,13 @@ def test_a_change_of_invisible_time_waits_for_the_pop_too(tmp_path):
 
 
 def test_a_received_fifo_message_carries_its_group_and_type_and_no_sharding_key_property():
-    side = ConsumerSide.__new__(ConsumerSide)
-    side.config = SimpleNamespace(broker_addr="127.0.0.1:10911")
+    side = ReceivingHandler(SimpleNamespace(broker_addr="127.0.0.1:10911"), None, None, None, None, None)
     props = {"UNIQ_KEY": "id-1", SHARDING_KEY: "order-17", "color": "red"}
     m = Message("Orders", 2, b"x", props, born_timestamp=NOW, store_timestamp=NOW, queue_offset=5)
-    got = side._client_message(m, ReceiptHandle("g", "Orders", 2, 5, "n"), 2, 30_000, 2)
+    got = side.client_message(m, ReceiptHandle("g", "Orders", 2, 5, "n"), 2, 30_000, 2)
     sp = got.system_properties
     assert (sp.message_group, sp.message_type, sp.delivery_attempt) == ("order-17", pb.MessageType.FIFO, 2)
     assert dict(got.user_properties) == {"color": "red"} and SHARDING_KEY in SYSTEM_KEYS
     plain = Message("Orders", 2, b"x", {"UNIQ_KEY": "id-2"}, born_timestamp=NOW, store_timestamp=NOW, queue_offset=6)
-    sp = side._client_message(plain, ReceiptHandle("g", "Orders", 2, 6, "n"), 1, 30_000, 2).system_properties
+    sp = side.client_message(plain, ReceiptHandle("g", "Orders", 2, 6, "n"), 1, 30_000, 2).system_properties
     assert (sp.message_group, sp.message_type) == ("", pb.MessageType.NORMAL)

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from brokers.pop import PopState, ReceiptHandle, dlq_topic, retry_topic
+from brokers.core.pop import ReceiptHandle, dlq_topic, retry_topic
+from brokers.pop import PopState
 
 pytestmark = pytest.mark.unit
 

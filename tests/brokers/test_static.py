@@ -58,20 +58,20 @@ def test_physical_offsets_translate_to_logical_ones_on_each_segment():
 def test_a_seal_waits_for_the_sends_on_their_way_then_reports_the_end_and_only_on_the_master():
     async def go():
         ends = {("T", 0): 10}
-        s = StaticQueues(A, lambda t, q: ends[(t, q)])
         reports: list[dict] = []
+        master = False
 
         async def report(payload: dict) -> None:
             reports.append(payload)
 
-        s.report = report
+        s = StaticQueues(A, lambda t, q: ends[(t, q)], report=report, may_seal=lambda: master)
         m = initial("T", 2, [A, B])
         s.update(m.to_wire())
         moved = plan_moves(m, {0: B})
         s.update(moved.to_wire())  # not the master: nothing reported
         await asyncio.sleep(0.02)
         assert reports == []
-        s.may_seal = lambda: True
+        master = True
         s.writing[("T", 0)] += 1  # a send passed the check before the mapping changed
         s.seal_due()
         await asyncio.sleep(0.02)

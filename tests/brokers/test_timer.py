@@ -1,7 +1,8 @@
-"""Timer messages (brokers/timer.py): the rules table-tested (accepting a delivery time, the rewrite
-into and out of the timer queue, the wheel that never delivers early, the checkpoint rule a new
-master rebuilds from), then the service on a real store: due messages reach their topic at their
-time, and a second service reading the same log (a new master) delivers the rest and nothing twice."""
+"""Timer messages (brokers/timer.py; its rules in brokers/core/timer.py): the rules table-tested
+(accepting a delivery time, the rewrite into and out of the timer queue, the wheel that never
+delivers early, the checkpoint rule a new master rebuilds from), then the service on a real store:
+due messages reach their topic at their time, and a second service reading the same log (a new
+master) delivers the rest and nothing twice."""
 
 from __future__ import annotations
 
@@ -10,26 +11,28 @@ import time
 
 import pytest
 
-from brokers.store.message import Message
-from brokers.store.store import MessageStore, PutMessageStatus, StoreConfig
-from brokers.timer import (
-    CHECKPOINT_QUEUE,
+from brokers.core.timer import (
     REAL_QID,
     REAL_TOPIC,
     TIMER_DEQUEUE_MS,
     TIMER_OUT_MS,
-    TIMER_TOPIC,
-    WHEEL_QUEUE,
     Checkpoint,
     TimerRefused,
-    TimerService,
     Wheel,
     delivery_due,
+    still_pending,
+)
+from brokers.store.message import Message
+from brokers.store.store import MessageStore, PutMessageStatus, StoreConfig
+from brokers.timer import (
+    CHECKPOINT_QUEUE,
+    TIMER_TOPIC,
+    WHEEL_QUEUE,
+    TimerService,
     due_of,
     into_wheel,
     now_ms,
     out_of_wheel,
-    still_pending,
 )
 
 pytestmark = pytest.mark.unit

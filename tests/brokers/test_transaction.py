@@ -1,9 +1,10 @@
-"""Transactional messages (brokers/transaction.py): the rules table-tested (half message in and out,
-op records, which EndTransaction is carried out, refused or answered with nothing to do, when a check
-puts a copy back or discards), then the index on a real store: commit and rollback are one write
-each and idempotent, a new master rebuilds what is unresolved from the log, the check puts copies
-back, asks about each transaction once per run and discards after transactionCheckMax; an acting
-master checks without writing and keeps its resolutions, which the returning master records."""
+"""Transactional messages (brokers/transaction.py; its rules in brokers/core/transaction.py): the rules
+table-tested (half message in and out, op records, which EndTransaction is carried out, refused or
+answered with nothing to do, when a check puts a copy back or discards), then the index on a real
+store: commit and rollback are one write each and idempotent, a new master rebuilds what is
+unresolved from the log, the check puts copies back, asks about each transaction once per run and
+discards after transactionCheckMax; an acting master checks without writing and keeps its
+resolutions, which the returning master records."""
 
 from __future__ import annotations
 
@@ -12,22 +13,25 @@ import contextlib
 
 import pytest
 
+from brokers.core.transaction import (
+    CHECK_TIMES,
+    PGROUP,
+    TRANSACTION_ID,
+    Half,
+    Resolution,
+    TxnRefused,
+    check_action,
+    resolution_allowed,
+)
 from brokers.store.message import Message
 from brokers.store.store import MessageStore, PutMessageStatus, StoreConfig
 from brokers.transaction import (
-    CHECK_TIMES,
     DISCARD_TOPIC,
     HALF_TOPIC,
     OP_TOPIC,
-    PGROUP,
-    TRANSACTION_ID,
     CheckRun,
-    Half,
-    Resolution,
     Transactions,
     TxnNotStored,
-    TxnRefused,
-    check_action,
     check_times,
     checked_copy,
     committed,
@@ -35,7 +39,6 @@ from brokers.transaction import (
     into_half,
     op_record,
     parse_op,
-    resolution_allowed,
 )
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,5 @@
-"""Which one broker of a set relays a transaction check (brokers/transaction_check.py): the rule as a
+"""Which one broker of a set relays a transaction check (brokers/core/transaction.py, carried out by
+brokers/transaction_check.py): the rule as a
 table whose rows are the cases of issue 34 (the serving broker first, else the live replica with the
 smallest id that holds a stream of the producer group), a run's checks assigned to their relays, and
 the peer bodies that carry them."""
@@ -8,15 +9,15 @@ from __future__ import annotations
 import pytest
 
 from brokers import transaction_check
+from brokers.core.transaction import PGROUP, TRANSACTION_ID, assign, relay_for
 from brokers.store.message import Message
-from brokers.transaction import PGROUP, TRANSACTION_ID, into_half
+from brokers.transaction import into_half
 from brokers.transaction_check import (
-    assign,
     checks_bodies,
+    group_of,
     held_groups,
     parse_checks,
     parse_groups,
-    relay_for,
 )
 
 pytestmark = pytest.mark.unit
@@ -52,7 +53,7 @@ def check(txn: str, group: str = "Pay") -> Message:
 
 def test_a_runs_checks_go_each_to_the_one_relay_of_its_group():
     checks = [check("t1", "Pay"), check("t2", "Ship"), check("t3", "Pay"), check("t4", "Nobody")]
-    plan = assign(checks, M, CONTROLLER_SET, {"Pay": {M, S1}, "Ship": {S2, S1}})
+    plan = assign(checks, group_of, M, CONTROLLER_SET, {"Pay": {M, S1}, "Ship": {S2, S1}})
     assert {relay: [c.properties[TRANSACTION_ID] for c in mine] for relay, mine in plan.items()} == {
         M: ["t1", "t3"],
         S1: ["t2"],

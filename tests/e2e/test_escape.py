@@ -1,4 +1,4 @@
-"""Escape (RIP-32, seed 000; brokers/escape.py) with real broker processes: group-a is a classic
+"""Escape (RIP-32, seed 000; brokers/grpc/escape.py) with real broker processes: group-a is a classic
 master and slave with enableSlaveActingMaster and enableRemoteEscape, group-b a second master of the
 cluster; both carry the topic.
 

@@ -27,7 +27,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 from rocketmq.v5.exception import BadRequestException
 
-from brokers.fifo import queue_of_group
+from brokers.core.fifo import queue_of_group
 from brokers.topics import TopicConfig, TopicConfigManager
 from controlplane.models import ApiToken
 from tests.e2e.test_acting_master import acting_pair, broker_log

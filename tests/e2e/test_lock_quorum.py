@@ -1,5 +1,5 @@
 """The lock quorum of RIP-32 (``lockInStrictMode``, reference §5.5) for FIFO consumption: a queue of a
-FIFO topic is handed out only once its pop record (the queue's lock: what is in flight, brokers/fifo.py)
+FIFO topic is handed out only once its pop record (the queue's lock: what is in flight, brokers/core/fifo.py)
 is on totalReplicas / 2 + 1 replicas, so that a new master never hands out a queue the old one had
 handed out. Three replicas in controller mode that answer sends with one copy (inSyncReplicas=1, no
 all-ack): with both slaves stopped, a normal send is still acknowledged but no FIFO queue is handed

@@ -1,4 +1,4 @@
-"""4.x delay levels (brokers/delay_levels.py), table-tested: parsing ``messageDelayLevel``, a DELAY
+"""4.x delay levels (brokers/core/delay_levels.py), table-tested: parsing ``messageDelayLevel``, a DELAY
 property's level and its delay (clamped as RocketMQ clamps it), a delivery time rounded up to a level
 (RocketMQ's computeDelayLevel), and the broker.conf keys."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from brokers.config import ConfigInvalid, from_mapping
-from brokers.delay_levels import DEFAULT_DELAY_LEVELS, level_delay_ms, level_for, level_of, parse_delay_levels
+from brokers.core.delay_levels import DEFAULT_DELAY_LEVELS, level_delay_ms, level_for, level_of, parse_delay_levels
 
 pytestmark = pytest.mark.unit
 

@@ -2,10 +2,9 @@
 to its own log (it is a slave of a dead master) goes to **another** master of the cluster.
 
 The target is a master of another broker set that has the message's topic, from the topic's route
-(the nameserver's, asked again after ``ROUTE_CACHE_S``); among several, the same one for a topic
-(a hash of the topic and this broker's name, as RocketMQ's ``floorMod(hash(topic + storeHost))``).
-Never a dead address: the route names only live masters. The message is sent over the target's
-client endpoint (gRPC SendMessage) as its producer sent it, with ``TIMER_OUT_MS`` kept: a message that
+(the nameserver's, asked again after ``ROUTE_CACHE_S``), as brokers/core/escape.py chooses it. The
+message is sent over the target's client endpoint (gRPC SendMessage) as its producer sent it, with
+``TIMER_OUT_MS`` kept: a message that
 already went through a timer wheel is stored at once (RocketMQ's rule); a committed transaction keeps
 ``__transactionId__`` and is stored at once too (brokers/transaction.py). No target, or a refusal:
 PUT_TO_REMOTE_BROKER_FAIL, and the caller keeps the message for a later try.
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 
 import grpc
 import httpx
@@ -23,10 +21,11 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
-from .grpc.messages import client_message
-from .store.message import Message
-from .timer import TIMER_DELIVER_MS
-from .transaction import TRANSACTION_ID
+from ..core.escape import escape_target
+from ..core.timer import TIMER_DELIVER_MS
+from ..core.transaction import TRANSACTION_ID
+from ..store.message import Message
+from .messages import client_message
 
 log = logging.getLogger("brokers.escape")
 
@@ -34,24 +33,6 @@ ROUTE_CACHE_S = 1.0
 SEND_TIMEOUT_S = 3.0  # RocketMQ's escape send timeout
 PUT_TO_REMOTE_BROKER_FAIL = "PUT_TO_REMOTE_BROKER_FAIL"
 _HIDDEN = frozenset({"UNIQ_KEY", "TAGS", "KEYS", "BORN_HOST", TIMER_DELIVER_MS})  # carried as system properties
-
-
-def escape_target(route: dict, topic: str, own_broker: str) -> str | None:
-    """The client endpoint of the master that takes ``topic``'s escaped messages: one of another
-    broker set, writable for the topic, chosen by a hash of the topic and this broker set."""
-    writable = {
-        qd["brokerName"] for qd in route.get("queueDatas", ()) if qd.get("writeQueueNums", 0) > 0 and qd.get("perm", 0) & 2
-    }
-    masters = sorted(
-        addr
-        for bd in route.get("brokerDatas", ())
-        if bd.get("brokerName") != own_broker
-        and bd.get("brokerName") in writable
-        and (addr := bd.get("brokerGrpcAddrs", {}).get("0"))
-    )
-    if not masters:
-        return None
-    return masters[zlib.crc32(f"{topic}{own_broker}".encode()) % len(masters)]
 
 
 def escaped_message(m: Message) -> pb.Message:

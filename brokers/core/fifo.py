@@ -1,7 +1,7 @@
 """FIFO messages (issue 17): a message group's messages go to one queue of their topic, chosen by the
 broker (RocketMQ's proxy does it: SendMessageRequest names no queue), so that a FIFO consumer group
 receives them in order: an orderly pop hands a queue's messages out one batch at a time, the next
-only once the last is acked or given up (the consuming rules below; brokers/grpc/consumer.py runs
+only once the last is acked or given up (the consuming rules below; brokers/consuming.py runs
 them under the queue's lock).
 
 The queue is a consistent hash of the group over the topic's write queues (jump consistent hash of

@@ -1,5 +1,5 @@
 """RocketMQ 4.x delay levels (``messageDelayLevel``, reference §7), carried out by the timer wheel
-(brokers/timer.py) like any delivery time. Pure, standard library only.
+(brokers/timer.py; the due time: brokers/core/timer.py) like any delivery time. Pure, standard library only.
 
 - A message whose ``DELAY`` property is a level ``n > 0`` is due ``levels[n - 1]`` after it is stored;
   a level above the last is the last (RocketMQ clamps it); ``0`` or less is no delay.
