@@ -44,6 +44,18 @@ WRONG = [
         "Brokers, Spark jobs, chaos, testkit: no Django, no control plane",
     ),
     ("chaos/_probe_tests.py", "import tests.conftest", "Chaos and bench use the test kit, never tests/"),
+    ("mqrules/_probe_rules.py", "import brokers.topics", "The shared rules (mqrules) import neither half of the system"),
+    (
+        "brokers/_probe_alone.py",
+        "import controlplane.doctor",
+        "Brokers never import the control plane's package (only mqrules, below both)",
+    ),
+    (
+        "brokers/store/_probe_floor.py",
+        "import brokers.ha.service",
+        "Broker floors: composition root > protocol edges | control > ha > store > core",
+    ),
+    ("brokers/core/_probe_pure.py", "import asyncio", "The broker's core is pure: the standard library, mqrules and itself"),
 ]
 
 

@@ -193,7 +193,7 @@ def admit_send(
                 return Admission.refused(Code.FORBIDDEN, f"topic {name} is not writeable")
             checked_name, accepts, static = name, SEND_ACCEPTS[topic.message_type], statics.get(name)
         assert topic is not None
-        one = admit_message(out, topic, static, accepts, rules, now_ms, waited)
+        one = _admit_message(out, topic, static, accepts, rules, now_ms, waited)
         if isinstance(one, Admission):
             return one
         admitted.append(one)
@@ -203,7 +203,7 @@ def admit_send(
     return Admission(Verdict.STORE, tuple(admitted))
 
 
-def admit_message(
+def _admit_message(
     out: Outgoing,
     topic: TopicView,
     static: TopicMapping | None,
@@ -259,11 +259,11 @@ def admit_message(
         if group and DELAY in props:
             detail = "a FIFO message has no delay level: it would leave its group's order"
             return Admission.refused(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, detail)
-        return timed_message(Admitted(name, queue_id, props, None, False, base), out.delivery_ms, rules, now_ms)
+        return _timed_message(Admitted(name, queue_id, props, None, False, base), out.delivery_ms, rules, now_ms)
     return Admitted(name, queue_id, props, None, False, base)
 
 
-def timed_message(msg: Admitted, asked: int | None, rules: SendRules, now: int) -> Admitted | Admission:
+def _timed_message(msg: Admitted, asked: int | None, rules: SendRules, now: int) -> Admitted | Admission:
     """A message with a delivery time (``asked``, ms) or a 4.x delay level (brokers/core/timer.py,
     brokers/core/delay_levels.py): kept in the timer wheel until due, or stored at once when due now,
     or when it went through a timer wheel already (``TIMER_OUT_MS``: escaped by another broker set's

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from brokers.core.pop import receive_order, tag_matcher
+from brokers.core.pop import dlq_topic, receive_order, retry_topic, tag_matcher, wire_nonce, wire_offset
 
 pytestmark = pytest.mark.unit
 
@@ -44,3 +44,39 @@ def test_a_sql_filter_is_not_supported():
 )
 def test_a_receive_pops_the_named_queue_first_then_the_others(queue_id, readable, every_queue, want):
     assert receive_order(queue_id, readable, every_queue) == want
+
+
+@pytest.mark.parametrize(
+    "name, want",
+    [
+        pytest.param(lambda: retry_topic("g1", "Orders"), "%RETRY%g1_Orders", id="retry-topic-v1-naming"),
+        pytest.param(lambda: dlq_topic("g1"), "%DLQ%g1", id="dlq-topic"),
+    ],
+)
+def test_a_groups_retry_and_dead_letter_topics_are_named_as_rocketmq_names_them(name, want):
+    assert name() == want
+
+
+@pytest.mark.parametrize(
+    "parse, value, ok",
+    [
+        pytest.param(wire_offset, 0, True, id="offset-zero"),
+        pytest.param(wire_offset, 2**63 - 1, True, id="offset-largest"),
+        pytest.param(wire_offset, 2**63, False, id="offset-too-large"),
+        pytest.param(wire_offset, -1, False, id="offset-negative"),
+        pytest.param(wire_offset, True, False, id="offset-a-bool-is-not-an-int"),
+        pytest.param(wire_offset, "5", False, id="offset-a-string"),
+        pytest.param(wire_offset, 5.0, False, id="offset-a-float"),
+        pytest.param(wire_nonce, "n", True, id="nonce-one-char"),
+        pytest.param(wire_nonce, "n" * 64, True, id="nonce-64-chars"),
+        pytest.param(wire_nonce, "n" * 65, False, id="nonce-too-long"),
+        pytest.param(wire_nonce, "", False, id="nonce-empty"),
+        pytest.param(wire_nonce, 7, False, id="nonce-not-a-string"),
+    ],
+)
+def test_offsets_and_nonces_read_from_the_wire_are_checked(parse, value, ok):
+    if ok:
+        assert parse(value) == value
+    else:
+        with pytest.raises(ValueError):
+            parse(value)
