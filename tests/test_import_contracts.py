@@ -53,7 +53,7 @@ WRONG = [
     (
         "brokers/store/_probe_floor.py",
         "import brokers.ha.service",
-        "Broker floors: composition root > protocol edges | control > ha > store > core",
+        "Broker floors: root > edges | control > services > ha > store > core",
     ),
     ("brokers/core/_probe_pure.py", "import asyncio", "The broker's core is pure: the standard library, mqrules and itself"),
 ]
