@@ -38,6 +38,7 @@ from django.conf import settings
 from rest_framework.exceptions import ValidationError
 
 from controlplane.auth import Caller, TokenPrincipal, bearer_token, principal_for
+from controlplane.budget import TokenBucket
 from controlplane.errors import ApiError, ResponseCode, error_body
 from mqrules.codes import CLOSE_BROKER_RECONNECTING
 from mqrules.validation import LONG_MAX, Invalid, RefusedValues, parse_json
@@ -62,29 +63,6 @@ class FrameError(Exception):
     def __init__(self, code: ResponseCode, detail: str, fields: dict | None = None, *, seq: int | None = None):
         super().__init__(detail)
         self.code, self.detail, self.fields, self.seq = code, detail, fields, seq
-
-
-class FrameBudget:
-    """A token bucket of request frames for one socket: ``burst`` at once, then ``rate_per_s``. A real
-    broker sends a few frames a second (heartbeats, polls, a registration every 30 s and one per topic
-    change), so the budget only ever holds back a peer that floods. ``now`` is passed in: no clock."""
-
-    def __init__(self, rate_per_s: float, burst: int, now: float) -> None:
-        self.rate_per_s, self.burst = rate_per_s, burst
-        self.tokens, self.at = float(burst), now
-
-    def take(self, now: float) -> bool:
-        """One frame's token, if there is one."""
-        self.tokens = min(float(self.burst), self.tokens + (now - self.at) * self.rate_per_s)
-        self.at = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-    def refill_s(self) -> float:
-        """Seconds until the next token."""
-        return max(0.0, (1.0 - self.tokens) / self.rate_per_s)
 
 
 # --- the registry ----------------------------------------------------------------------------------
@@ -261,7 +239,7 @@ class BrokerConsumer(AsyncWebsocketConsumer):
         self._bound: dict[str, set[str]] = {}
         self._own_broker_sets: set[str] = set()  # found in the token's cluster (check_binding, remember)
         self.push_seq = 0
-        self.frame_budget = FrameBudget(settings.BROKER_WS_FRAMES_PER_SECOND, settings.BROKER_WS_FRAME_BURST, time.monotonic())
+        self.frame_budget = TokenBucket(settings.BROKER_WS_FRAMES_PER_SECOND, settings.BROKER_WS_FRAME_BURST, time.monotonic())
         await self.accept()
 
     def _token(self) -> str | None:

@@ -31,6 +31,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from controlplane.budget import TokenBucket
 from controlplane.redis import async_client, key, sync_client
 
 from .selectors import group_state, group_states
@@ -180,15 +181,12 @@ class ChangeNotes:
         return sorted(names)
 
     def _run(self) -> None:
-        tokens, refilled = float(self.burst), time.monotonic()
+        bucket = TokenBucket(self.rate_per_s, self.burst, time.monotonic())
         while True:
             self._wake.wait()
-            now = time.monotonic()
-            tokens, refilled = min(float(self.burst), tokens + (now - refilled) * self.rate_per_s), now
-            if tokens < 1.0:  # under load: let the notes gather until the next token
-                time.sleep((1.0 - tokens) / self.rate_per_s)
-                tokens, refilled = 1.0, time.monotonic()
-            tokens -= 1.0
+            wait = bucket.take_waiting(time.monotonic())
+            if wait:  # under load: let the notes gather until the next token
+                time.sleep(wait)
             self._wake.clear()
             names = self._take()
             if names:
