@@ -125,8 +125,9 @@ def test_water_levels_sent_over_the_socket_are_served_exactly_as_sent(broker_tok
     assert json.loads(client(read_token).get(URL, {"clusterName": "c1"}).content)["waterLevels"][0]["maxOffset"] == 2**62 + 1
 
 
-def test_water_levels_from_the_socket_are_announced_and_reach_a_dashboard_page(broker_token):
-    # The nameserver announces (nameserver.signals); the dashboard listens and pushes to its pages.
+def _announced_and_pushed(send_heartbeat) -> None:
+    """A dashboard page subscribed to b1, then ``send_heartbeat()`` (async) sends MASTER_LEVELS: the
+    nameserver announces them once (nameserver.signals) and the dashboard pushes them to the page."""
     from channels.testing import WebsocketCommunicator
     from django.contrib.auth.models import User
 
@@ -148,11 +149,9 @@ def test_water_levels_from_the_socket_are_announced_and_reach_a_dashboard_page(b
             assert (await page.connect())[0]
             await page.send_to(text_data=json.dumps({"subscribe": "b1"}))
             assert json.loads(await page.receive_from(timeout=5))["type"] == "subscribed"
-            master = await connected(broker_token)
-            await call(master, "register", register_body(0, M))
-            assert (await call(master, "heartbeat", beat(M, MASTER_LEVELS)))["payload"] == {"registered": True}
+            done = await send_heartbeat()
             update = json.loads(await page.receive_from(timeout=5))
-            await master.disconnect()
+            await done()
             await page.disconnect()
             return update
 
@@ -162,6 +161,16 @@ def test_water_levels_from_the_socket_are_announced_and_reach_a_dashboard_page(b
     ((announced,),) = heard
     assert announced == {**MASTER_LEVELS, "clusterName": "c1", "brokerAddr": M, "reportedAtMs": announced["reportedAtMs"]}
     assert (update["kind"], update["brokerName"], update["data"]["reports"]) == ("water_levels", "b1", [announced])
+
+
+def test_water_levels_from_the_socket_are_announced_and_reach_a_dashboard_page(broker_token):
+    async def over_the_socket():
+        master = await connected(broker_token)
+        await call(master, "register", register_body(0, M))
+        assert (await call(master, "heartbeat", beat(M, MASTER_LEVELS)))["payload"] == {"registered": True}
+        return master.disconnect
+
+    _announced_and_pushed(over_the_socket)
 
 
 def test_a_heartbeat_without_water_levels_answers_as_before_and_stores_none(broker_token, read_token):
@@ -305,44 +314,18 @@ def test_water_levels_sent_over_rest_are_served(broker_token, read_token):
 
 def test_water_levels_sent_over_rest_are_announced_and_reach_a_dashboard_page(broker_token):
     # As over the socket: the nameserver announces (nameserver.signals), the dashboard pushes to its pages.
-    from channels.testing import WebsocketCommunicator
-    from django.contrib.auth.models import User
     from django.db import connections
 
-    from dashboards.live import DashboardConsumer
-    from nameserver.signals import water_levels_reported
-
-    viewer = User.objects.create_user("watcher", password="x" * 12)
     broker = client(broker_token)
     assert broker.post(f"{NS}/brokers/register", register_body(0, M), format="json").status_code == 200
-    heard: list[list[dict]] = []
 
-    async def listener(sender, reports, **kwargs):
-        heard.append(reports)
+    async def over_rest():
+        # A sync view under an event loop, as the ASGI server runs it.
+        r = await sync_to_async(broker.post)(f"{NS}/brokers/heartbeat", beat(M, MASTER_LEVELS), format="json")
+        assert r.status_code == 200 and r.json()["registered"] is True
+        return sync_to_async(connections.close_all)
 
-    water_levels_reported.connect(listener)
-    try:
-
-        async def scenario():
-            page = WebsocketCommunicator(DashboardConsumer.as_asgi(), "/ws/dashboard/")
-            page.scope["user"] = viewer
-            assert (await page.connect())[0]
-            await page.send_to(text_data=json.dumps({"subscribe": "b1"}))
-            assert json.loads(await page.receive_from(timeout=5))["type"] == "subscribed"
-            # A sync view under an event loop, as the ASGI server runs it.
-            r = await sync_to_async(broker.post)(f"{NS}/brokers/heartbeat", beat(M, MASTER_LEVELS), format="json")
-            assert r.status_code == 200 and r.json()["registered"] is True
-            update = json.loads(await page.receive_from(timeout=5))
-            await page.disconnect()
-            await sync_to_async(connections.close_all)()
-            return update
-
-        update = run(scenario)
-    finally:
-        water_levels_reported.disconnect(listener)
-    ((announced,),) = heard
-    assert announced == {**MASTER_LEVELS, "clusterName": "c1", "brokerAddr": M, "reportedAtMs": announced["reportedAtMs"]}
-    assert (update["kind"], update["brokerName"], update["data"]["reports"]) == ("water_levels", "b1", [announced])
+    _announced_and_pushed(over_rest)
 
 
 def test_a_rest_heartbeat_without_water_levels_answers_as_before(broker_token, read_token):
