@@ -223,7 +223,7 @@ class ReplicasManager:
                 "heartbeatTimeoutMillis": c.controllerHeartBeatTimeoutMills,
                 "electionPriority": c.brokerElectionPriority,
             },
-            timeout=max(1.0, c.brokerHeartbeatInterval / 1000),
+            timeout=c.sendHeartbeatTimeoutMillis / 1000,  # as RocketMQ times its heartbeat to the controller
         )
 
     async def _heartbeats(self) -> None:
