@@ -25,9 +25,9 @@ from .control.offset_reports import OffsetReporter
 from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, ResponseCode
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
+from .core.roles import BrokerRole
 from .grpc.service import EndpointPorts, serve
 from .ha.gate import WritePermission
-from .ha.quorum import BrokerRole
 from .ha.service import HAService
 from .meta import ConsumerMeta
 from .metalog import MetaLog, MetaMode

@@ -25,6 +25,7 @@ from mqrules import validation
 from mqrules.keyed_config import BROKER_SECRET_KEYS
 
 from .core.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from .core.roles import BrokerRole
 from .store.files import write_text_atomically
 
 
@@ -302,9 +303,9 @@ def _check(c: BrokerConfig) -> list[str]:
             problems.append(f"{key}: must be a port number (1-65535)")
     if c.flushDiskType not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         problems.append("flushDiskType: must be ASYNC_FLUSH or SYNC_FLUSH")
-    if c.brokerRole not in ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"):
+    if c.brokerRole not in set(BrokerRole):
         problems.append("brokerRole: must be ASYNC_MASTER, SYNC_MASTER or SLAVE")
-    elif c.brokerRole == "SLAVE" and c.brokerId == 0:
+    elif c.brokerRole == BrokerRole.SLAVE and c.brokerId == 0:
         problems.append("brokerId: a SLAVE's brokerId must be > 0 (0 is the master's)")
     if c.haMasterAddress and ":" not in c.haMasterAddress:
         problems.append("haMasterAddress: must be host:port")

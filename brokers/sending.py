@@ -19,6 +19,7 @@ from typing import Protocol
 from .config import BrokerConfig
 from .core.admission import Admission, Outgoing, SendRules, admit_send, forwards_sends
 from .core.delay_levels import parse_delay_levels
+from .core.roles import WriteReason
 from .static import StaticQueues
 from .store.message import Message
 from .store.results import PutResult
@@ -32,7 +33,7 @@ class WriteGate(Protocol):
     """The broker's write gate (brokers/ha/gate.py ``WritePermission``): why it takes sends or not."""
 
     @property
-    def reason(self) -> str: ...
+    def reason(self) -> WriteReason: ...
 
 
 class SendService:

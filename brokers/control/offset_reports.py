@@ -7,7 +7,7 @@ import logging
 import time
 
 from ..config import BrokerConfig
-from ..ha.quorum import BrokerRole
+from ..core.roles import BrokerRole
 from ..ha.service import HAService
 from ..meta import ConsumerMeta
 from ..store.store import MessageStore

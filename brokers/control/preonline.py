@@ -22,8 +22,8 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from ..config import BrokerConfig
+from ..core.roles import BrokerRole
 from ..ha.packets import HAState
-from ..ha.quorum import BrokerRole
 from ..ha.service import HAService
 from ..meta import ConsumerMeta, MetaRejected
 from ..metalog import MetaLog, MetaMode

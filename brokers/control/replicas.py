@@ -23,8 +23,8 @@ from pathlib import Path
 from mqrules.codes import ResponseCode
 
 from ..config import BrokerConfig
+from ..core.roles import BrokerRole, RoleAction, after_poll, role_to_take
 from ..ha.gate import WritePermission
-from ..ha.quorum import BrokerRole
 from ..ha.service import HAService
 from ..retry import Backoff, retry
 from ..store.files import write_json_atomically
@@ -282,14 +282,13 @@ class ReplicasManager:
             return
         except (OSError, TimeoutError):
             return
-        epoch = info.get("masterEpoch", 0)
-        if epoch > self.master_epoch:
-            if info.get("masterBrokerId") is not None:
-                await self._apply(info)
-            else:
-                await self._elect()
-        elif epoch == self.master_epoch and self.master_id == self.broker_id:
+        action = after_poll(info, self.broker_id, self.master_epoch, self.master_id).action
+        if action is RoleAction.ELECT:
+            await self._elect()
+        elif action is RoleAction.SYNC_STATE_SET:
             self._adopt_sync_state_set(info)
+        elif action is not RoleAction.NONE:
+            await self._apply(info)
 
     async def _elect(self) -> None:
         """brokerElect (§2.1): ask the controller to elect, as this broker."""
@@ -306,7 +305,7 @@ class ReplicasManager:
 
     async def on_role_pushed(self, payload: dict) -> None:
         """A ``notify_broker_role_changed`` push: acted on only for a strictly greater master epoch."""
-        if payload.get("masterBrokerId") is not None and payload.get("masterEpoch", 0) > self.master_epoch:
+        if role_to_take(payload, self.broker_id, self.master_epoch).action is not RoleAction.NONE:
             await self._apply(payload)
 
     # --- role changes (§2.1 changeToMaster / changeToSlave) ---------------------------------------
@@ -314,17 +313,13 @@ class ReplicasManager:
     async def _apply(self, info: dict) -> None:
         if self._stopping:
             return
-        async with self._role_lock:
-            epoch = int(info["masterEpoch"])
-            if epoch <= self.master_epoch:
-                return
-            master_id = int(info["masterBrokerId"])
-            members = set(info.get("syncStateSet") or [])
-            ss_epoch = int(info.get("syncStateSetEpoch", 0))
-            if master_id == self.broker_id:
-                await self._change_to_master(epoch, members, ss_epoch)
-            else:
-                await self._change_to_slave(master_id, info.get("masterAddress"), epoch)
+        async with self._role_lock:  # decided again under the lock: another answer may have moved the epoch
+            role = role_to_take(info, self.broker_id, self.master_epoch)
+            if role.action is RoleAction.MASTER:
+                await self._change_to_master(role.epoch, set(role.members), role.sync_state_set_epoch)
+            elif role.action is RoleAction.SLAVE:
+                assert role.master_id is not None
+                await self._change_to_slave(role.master_id, role.master_addr, role.epoch)
 
     async def _change_to_master(self, epoch: int, members: set[int], ss_epoch: int) -> None:
         started = time.monotonic()

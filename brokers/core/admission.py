@@ -35,15 +35,15 @@ from mqrules.topic_attributes import TopicMessageType, accepted_send_types, type
 from .codes import Code, Status
 from .delay_levels import DELAY, level_delay_ms, level_for, level_of
 from .fifo import IllegalGroup, check_group, queue_of_group
+from .roles import WriteReason
 from .static import write_target
 from .timer import TIMER_DELIVER_MS, TIMER_OUT_MS, TimerRefused, delivery_due
 from .transaction import TRANSACTION_ID
 
 MAX_BODY_SIZE = 4 * 1024 * 1024  # as RocketMQ's maxMessageSize
 PERM_WRITE = 2  # RocketMQ's PermName bit
-# The write gate's reasons (brokers/ha/gate.py ``WriteReason``, a StrEnum, by value) for which a send
-# goes to the group's master instead.
-FORWARDING_REASONS = frozenset({"SLAVE", "FENCED"})
+# The write gate's reasons for which a send goes to the group's master instead.
+FORWARDING_REASONS = frozenset({WriteReason.SLAVE, WriteReason.FENCED})
 
 
 class MessageType(IntEnum):
@@ -154,7 +154,7 @@ class SendRules:
     max_body_size: int = MAX_BODY_SIZE
 
 
-def forwards_sends(write_reason: str, acting: bool) -> bool:
+def forwards_sends(write_reason: WriteReason, acting: bool) -> bool:
     """A slave (or a broker the controller has not given a role yet) hands sends to its master; an
     acting master does not (its group takes no writes while the master is down), nor does an isolated
     or pre-online master (an operator's or the broker's own decision)."""

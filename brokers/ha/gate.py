@@ -1,4 +1,5 @@
-"""Whether this broker takes sends: one pure rule, ``write_gate``, and one owner, ``WritePermission``.
+"""Whether this broker takes sends: one pure rule, ``write_gate`` (brokers/core/roles.py), and one owner,
+``WritePermission``.
 
 The facts come from three places (the HA service knows the role, the replicas manager knows whether
 the controller has assigned one yet, the broker hears an operator's isolation from the control plane);
@@ -10,47 +11,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from enum import StrEnum
 
-from .quorum import BrokerRole
+from ..core.roles import BrokerRole, WriteReason, write_gate
 
 log = logging.getLogger("brokers.ha")
-
-
-class WriteReason(StrEnum):
-    """Why the broker takes sends or not; a refused send carries ``detail``."""
-
-    WRITABLE = "WRITABLE"
-    ISOLATED = "ISOLATED"  # an operator isolated it (outlives role changes and restarts)
-    FENCED = "FENCED"  # controller mode, before the controller assigned a role (reference §2.1)
-    PRE_ONLINE = "PRE_ONLINE"  # a returning master taking back what its acting slave served (§5.3)
-    SLAVE = "SLAVE"  # a slave copies its master's log and refuses sends (reference §4.1)
-
-    @property
-    def detail(self) -> str:
-        return _DETAILS[self]
-
-
-_DETAILS = {
-    WriteReason.WRITABLE: "",
-    WriteReason.ISOLATED: "isolated by an operator",
-    WriteReason.FENCED: "fenced: waiting for the controller to assign a role",
-    WriteReason.PRE_ONLINE: "pre-online: taking back consumer state from the replica that acted as master",
-    WriteReason.SLAVE: "this broker is a SLAVE",
-}
-
-
-def write_gate(role: BrokerRole, *, fenced: bool, isolated: bool, pre_online: bool = False) -> tuple[bool, WriteReason]:
-    """(writable, reason). Isolation is named first: it is the one fact a role change does not lift."""
-    if isolated:
-        return False, WriteReason.ISOLATED
-    if fenced:
-        return False, WriteReason.FENCED
-    if pre_online:
-        return False, WriteReason.PRE_ONLINE
-    if role is BrokerRole.SLAVE:
-        return False, WriteReason.SLAVE
-    return True, WriteReason.WRITABLE
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,11 @@ import asyncio
 import heapq
 import itertools
 from dataclasses import dataclass
-from enum import StrEnum
 
+from ..core.roles import BrokerRole
 from ..store.store import PutMessageStatus
 
 ALL_ACK_IN_SYNC_STATE_SET = -1
-
-
-class BrokerRole(StrEnum):
-    ASYNC_MASTER = "ASYNC_MASTER"
-    SYNC_MASTER = "SYNC_MASTER"
-    SLAVE = "SLAVE"
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from brokers.config import BrokerConfig
+from brokers.core.roles import BrokerRole
 from brokers.ha.epoch import EPOCH_FILE_NAME, EpochEntry, EpochFile
 from brokers.ha.gate import WritePermission
-from brokers.ha.quorum import BrokerRole
 from brokers.ha.service import HAService
 from brokers.store.message import Message
 from brokers.store.store import MessageStore, PutMessageStatus, StoreConfig

@@ -24,7 +24,7 @@ import threading
 
 import pytest
 
-from brokers.ha.quorum import BrokerRole
+from brokers.core.roles import BrokerRole
 from brokers.store.cuts import MARKER
 from brokers.store.message import Message
 from brokers.store.store import PutMessageStatus

@@ -13,8 +13,8 @@ import pytest
 
 from brokers.broker import Broker
 from brokers.config import BrokerConfig
-from brokers.ha.gate import WritePermission, WriteReason, write_gate
-from brokers.ha.quorum import BrokerRole
+from brokers.core.roles import BrokerRole, WriteReason, write_gate
+from brokers.ha.gate import WritePermission
 from brokers.ha.service import HAService
 from brokers.store.message import Message
 from brokers.store.store import MessageStore, PutMessageStatus, StoreConfig

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brokers.ha.quorum import BrokerRole, QuorumConfig, need_ack_nums
+from brokers.core.roles import BrokerRole
+from brokers.ha.quorum import QuorumConfig, need_ack_nums
 from brokers.store.store import PutMessageStatus
 from controlplane.controller.core.headroom import Writes, losses_before_writes_stop
 
