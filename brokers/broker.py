@@ -26,7 +26,7 @@ from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, Res
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
 from .core.roles import BrokerRole
-from .grpc.service import EndpointPorts, serve
+from .grpc.service import EndpointPorts, GrpcEndpoint, serve
 from .ha.gate import WritePermission
 from .ha.service import HAService
 from .meta import ConsumerMeta
@@ -220,9 +220,8 @@ class Broker:
             report_sealed=lambda sealed: self.nameserver.call("static_topic_sealed", sealed),
             may_seal=lambda: self.metalog.mode is MetaMode.WRITER,  # static topics: the master seals
         )
-        self.grpc_server, self.grpc_service = await serve(
-            self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports
-        )
+        self.grpc_service = GrpcEndpoint(self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports)
+        self.grpc_server = await serve(self.grpc_service)
         self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
         # The set's transaction checks run where its special services do (reference §5.1): on the
         # master, or on the slave acting for a dead one.

@@ -174,25 +174,18 @@ class GrpcEndpoint:
         await self._http.aclose()
 
 
-async def serve(
-    config: BrokerConfig,
-    store: MessageStore,
-    topics: TopicConfigManager,
-    meta: ConsumerMeta,
-    metalog: MetaLog,
-    ports: EndpointPorts,
-) -> tuple[grpc.aio.Server, GrpcEndpoint]:
-    """Listen on grpcServerPort with a new endpoint."""
+async def serve(endpoint: GrpcEndpoint) -> grpc.aio.Server:
+    """Listen on grpcServerPort for ``endpoint``'s clients."""
+    config = endpoint.config
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_BODY_SIZE + 1024 * 1024),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
         ]
     )
-    endpoint = GrpcEndpoint(config, store, topics, meta, metalog, ports)
     rpc.add_MessagingServiceServicer_to_server(endpoint.servicer, server)
     addr = f"{config.brokerIP1}:{config.grpcServerPort}"
     if server.add_insecure_port(addr) == 0:
         raise OSError(f"cannot listen on {addr}")
     await server.start()
-    return server, endpoint
+    return server
