@@ -6,6 +6,11 @@ BZPOPMIN then; under load redis-py's clean-up of the cancelled read waits on the
 its 30 s socket timeout, then retries), and the test hangs until pytest-timeout ends the run.
 ``run_scenario`` first closes the loop's channel-layer connections, which ends such reads at once
 with a ConnectionError, then cancels what is left with a bounded wait.
+
+A channel layer outlives the loop that used it: channels-redis keeps per-channel ``asyncio.Lock``s
+in it, and one still held by a task of a finished loop fails the next loop's receive with "is bound
+to a different event loop". ``forget_channel_layer`` drops the process's layer, so the next loop
+builds its own; ``run_scenario`` and every integration test's clean-up (tests/conftest.py) call it.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from channels.layers import get_channel_layer
+from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers, get_channel_layer
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -40,6 +45,13 @@ def run_scenario(scenario: Callable[[], Awaitable[T]], *, cleanup_s: float = CLE
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
+            forget_channel_layer()
+
+
+def forget_channel_layer() -> None:
+    """Drop this process's channel layer: the next use builds a new one, with no lock or buffer of a
+    loop that has ended."""
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
 
 
 async def _close_layer(timeout: float) -> None:

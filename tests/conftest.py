@@ -18,6 +18,7 @@ from brokers.store.cuts import MARKER as GUARD_MARKER
 from controlplane.auth import forget_cached_tokens
 from controlplane.models import ApiToken, TokenScope
 from testkit.brokers import broker_log_ends, guard_errors
+from tests.aio import forget_channel_layer
 from tests.lanes import pytest_xdist_make_scheduler  # noqa: F401  (how `make test` shares the work: a hook by name)
 from tests.tiers import pytest_collection_modifyitems  # noqa: F401  (the tier check: a hook by name)
 
@@ -79,8 +80,8 @@ def acknowledged_data_guard(request):
 
 @pytest.fixture(autouse=True)
 def clean_state(request):
-    """Every integration and e2e test starts with empty liveness, channel-layer and Celery keys, and
-    empty caches. Unit tests share neither services nor caches: nothing to clean."""
+    """Every integration and e2e test starts with empty liveness, channel-layer and Celery keys, empty
+    caches and a channel layer of its own (tests/aio.py says why). Unit tests share neither services nor caches: nothing to clean."""
     if request.node.get_closest_marker("unit") is not None:
         yield
         return
@@ -96,8 +97,10 @@ def clean_state(request):
     request.getfixturevalue("redis_reachable")
     clear_redis()
     clear_caches()
+    forget_channel_layer()
     yield
     clear_caches()
+    forget_channel_layer()
 
 
 def _token(scope: str, name: str, cluster: str = "") -> str:
