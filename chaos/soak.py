@@ -717,6 +717,54 @@ def run(args: argparse.Namespace) -> dict:
     return out
 
 
+UNDELIVERED_SHOWN = 5
+
+
+def undelivered_detail(
+    missing: Sequence[dict], where: dict[str, tuple[int, int]], nodes: Sequence[BrokerNode], outcomes: Sequence[Outcome]
+) -> list[str]:
+    """Where the first acknowledged messages the consumer never received stand: the fault under way
+    at the acknowledgement, the queue and offset the final master holds each at, and the consumer
+    group's state of that queue on every replica (its persisted pop table, read with the brokers
+    stopped). A CI log then says which rule let the message go."""
+    lines = []
+    for e in missing[:UNDELIVERED_SHOWN]:
+        fault = fault_at(outcomes, e["t"])
+        place = where.get(e["msg_id"])
+        head = f"undelivered {e['id']} (acknowledged during {fault['kind'] + ' #' + str(fault['n']) if fault else 'no fault'})"
+        if place is None:
+            lines.append(f"{head}: not served by the final master")
+            continue
+        queue_id, offset = place
+        states = "; ".join(f"{n.name}: {pop_state_of(n, queue_id, offset)}" for n in nodes)
+        lines.append(f"{head} at queue {queue_id} offset {offset}: {states}")
+    return lines
+
+
+def pop_state_of(node: BrokerNode, queue_id: int, offset: int) -> str:
+    """What ``node``'s persisted pop table says of the consumer group's ``offset`` in ``queue_id``."""
+    path = node.root / "config" / "consumerOffset.json"
+    try:
+        table = json.loads(path.read_text()).get("popTable", {})
+    except (OSError, ValueError) as exc:
+        return f"no pop table ({exc.__class__.__name__})"
+    q = table.get(f"{CONSUMER_GROUP}@{TOPIC}@{queue_id}")
+    if not isinstance(q, dict):
+        return "the group has no state for the queue"
+    flights = {f[0]: f for f in q.get("inFlight", [])}
+    if offset in flights:
+        state = f"in flight (attempt {flights[offset][2]})"
+    elif offset in q.get("done", []):
+        state = "done"
+    elif offset < q.get("ackedBelow", 0):
+        state = "below ackedBelow"
+    elif offset >= q.get("popOffset", 0):
+        state = "not popped yet"
+    else:
+        state = "popped, neither in flight nor done"
+    return f"popOffset {q.get('popOffset')} ackedBelow {q.get('ackedBelow')}: {state}"
+
+
 def scan_broker_logs(nodes: list[BrokerNode]) -> list[BrokerLogScan]:
     """Each broker's log file(s) (``logs/broker-<node>.log``, and any rotated ``.log.N``), scanned for
     cuts of its commit log and guard lines."""
@@ -757,6 +805,7 @@ def final_checks(
     """Converge, read everything back from the master, compare the logs, count the elections."""
     acked = {e["id"] for e in producer_log.of("ack")}
     delivered = {e["id"] for e in consumer_log.of("delivery")}
+    where: dict[str, tuple[int, int]] = {}  # message id -> (queue id, queue offset) on the final master
     checks["acked"], checks["delivered"] = len(acked), len(delivered)
     checks["acked_undelivered"] = len(acked - delivered)
     try:
@@ -768,7 +817,9 @@ def final_checks(
         checks["problems"].append("no master at the end")
     else:
         try:
-            stored = {m.message_id for m in read_back(master.grpc_addr, TOPIC, QUEUES, timeout_s=300.0)}
+            received = read_back(master.grpc_addr, TOPIC, QUEUES, timeout_s=300.0)
+            where = {m.message_id: (m.queue_id, m.queue_offset) for m in received}
+            stored = set(where)
             lost = sorted(e["id"] for e in producer_log.of("ack") if e["msg_id"] not in stored)
             probes = prober.acks_snapshot()  # probes a deposed master acknowledged must be there too
             lost += sorted(i for i in probes if i not in stored)
@@ -791,6 +842,9 @@ def final_checks(
     if checker.returncode:
         checks["problems"].append(f"check_controller_invariants: {(checker.stdout + checker.stderr).strip()[:500]}")
     h.stop_brokers()
+    if checks["acked_undelivered"]:
+        missing = [e for e in producer_log.of("ack") if e["id"] not in delivered]
+        checks["problems"] += undelivered_detail(missing, where, h.nodes, outcomes)
     logs = compare_logs(
         {n.name: n.log_span() for n in h.nodes}, lambda name, lo, hi: next(n for n in h.nodes if n.name == name).read_log(lo, hi)
     )

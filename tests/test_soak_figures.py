@@ -5,6 +5,7 @@ code of both ``python -m chaos.soak`` and bench/soak.py."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter
 from datetime import UTC, datetime
@@ -14,8 +15,10 @@ import pytest
 import bench.soak
 from chaos.checks import LogCut, ReplicaOut, scan_broker_log, writable_members
 from chaos.soak import (
+    CONSUMER_GROUP,
     KINDS,
     MUST_BE_ZERO,
+    TOPIC,
     Outcome,
     attribute_elections,
     cut_figures,
@@ -24,6 +27,7 @@ from chaos.soak import (
     rto,
     schedule,
     summary,
+    undelivered_detail,
 )
 
 pytestmark = pytest.mark.unit
@@ -331,3 +335,35 @@ def test_no_replica_could_write_while_the_master_and_the_controller_were_both_do
     assert f["failed_sends_while_writable"] == 1
     assert [s["id"] for s in f["first_failed_sends_while_writable"]] == ["m-2"]
     assert writable_members(102.7, [(0.0, WHOLE)], [], [(100.0, 103.0)]) == frozenset()
+
+
+def _node_with_pop_table(tmp_path, name: str, queue: dict | None):
+    from types import SimpleNamespace
+
+    root = tmp_path / name
+    (root / "config").mkdir(parents=True)
+    table = {} if queue is None else {f"{CONSUMER_GROUP}@{TOPIC}@1": queue}
+    (root / "config" / "consumerOffset.json").write_text(json.dumps({"popTable": table}))
+    return SimpleNamespace(name=name, root=root)
+
+
+@pytest.mark.parametrize(
+    "offset, state",
+    [
+        (7, "in flight (attempt 2)"),
+        (8, "done"),
+        (3, "below ackedBelow"),
+        (12, "not popped yet"),
+        (9, "popped, neither in flight nor done"),
+    ],
+)
+def test_an_undelivered_message_is_told_with_its_groups_state_on_each_replica(tmp_path, offset, state):
+    queue = {"popOffset": 10, "ackedBelow": 5, "inFlight": [[7, 0, 2, "n"]], "done": [8], "redeliver": []}
+    nodes = [_node_with_pop_table(tmp_path, "n1", queue), _node_with_pop_table(tmp_path, "n2", None)]
+    kill = Outcome("kill9-master", "n1", 100.0, 110.0, on_master=True)
+    ack = {"id": "m-1", "msg_id": "X", "t": 105.0}
+    assert undelivered_detail([ack, {"id": "m-2", "msg_id": "Y", "t": 200.0}], {"X": (1, offset)}, nodes, [kill]) == [
+        f"undelivered m-1 (acknowledged during kill9-master #1) at queue 1 offset {offset}: "
+        f"n1: popOffset 10 ackedBelow 5: {state}; n2: the group has no state for the queue",
+        "undelivered m-2 (acknowledged during no fault): not served by the final master",
+    ]
