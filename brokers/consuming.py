@@ -264,11 +264,21 @@ class ConsumeService:
         and pair each message with its handle."""
         if not chosen and not skipped:
             return []
-        handles = self.pop.pop(group, topic, queue_id, [m.queue_offset for m in chosen], attempts, invisible_ms)
+        offsets = [m.queue_offset for m in chosen]
+        queue = self.pop.queue(group, topic, queue_id)
+        before = queue.mark([*offsets, *skipped])
+        handles = self.pop.pop(group, topic, queue_id, offsets, attempts, invisible_ms)
         self.pop.finish(group, topic, queue_id, skipped)
-        flights = self.pop.queue(group, topic, queue_id).in_flight
-        entries = [[h.offset, flights[h.offset].deadline_ms, flights[h.offset].attempt, h.nonce] for h in handles]
-        await self.record("pop", quorum, group=group, topic=topic, queueId=queue_id, entries=entries, skipped=skipped)
+        entries = [[h.offset, queue.in_flight[h.offset].deadline_ms, queue.in_flight[h.offset].attempt, h.nonce] for h in handles]
+        try:
+            await self.record("pop", quorum, group=group, topic=topic, queueId=queue_id, entries=entries, skipped=skipped)
+        except NotStored:
+            # Not handed out: the replicas never see this pop, so the messages must stay unpopped here
+            # too (kept in flight, a later pop's record would move the replicas' pop offset past them
+            # and a new master would never deliver them).
+            if self.pop.queues.get((group, topic, queue_id)) is queue:
+                queue.restore(before)
+            raise
         return list(zip(chosen, handles, attempts, strict=True))
 
     # --- acks and invisible time ------------------------------------------------------------------

@@ -4,7 +4,7 @@ receipt handles, one queue's state, which queues a receive pops, which tags a fi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
@@ -53,6 +53,16 @@ class InFlight:
     nonce: str
 
 
+@dataclass(frozen=True)
+class QueueMark:
+    """What a change is about to touch of one queue, as it was: its two offsets and, for each offset
+    the change names, its delivery in flight, its redelivery attempt and whether it was done."""
+
+    pop_offset: int
+    acked_below: int
+    offsets: dict[int, tuple[InFlight | None, int | None, bool]]
+
+
 @dataclass
 class QueueState:
     pop_offset: int  # next offset never popped
@@ -70,6 +80,36 @@ class QueueState:
         while self.acked_below in self.done:
             self.done.discard(self.acked_below)
             self.acked_below += 1
+
+    def mark(self, offsets: Iterable[int]) -> QueueMark:
+        """The state a change of ``offsets`` (a pop: the ones handed out and the ones skipped) would
+        alter, for ``restore``."""
+        return QueueMark(
+            self.pop_offset,
+            self.acked_below,
+            {o: (self.in_flight.get(o), self.redeliver.get(o), o < self.acked_below or o in self.done) for o in offsets},
+        )
+
+    def restore(self, mark: QueueMark) -> None:
+        """Undo a change of the offsets ``mark`` names (a pop whose record was not stored: its
+        messages were not handed out, and the replicas, which never see the record, agree). Changes
+        of other offsets made since (acks of older deliveries) stay."""
+        undone = {o for o, (_, _, was_done) in mark.offsets.items() if not was_done}
+        for o, (flight, attempt, _) in mark.offsets.items():
+            if flight is None:
+                self.in_flight.pop(o, None)
+            else:
+                self.in_flight[o] = flight
+            if attempt is None:
+                self.redeliver.pop(o, None)
+            else:
+                self.redeliver[o] = attempt
+        low = min((o for o in undone if o < self.acked_below), default=self.acked_below)
+        if low < self.acked_below:  # finished offsets moved it: every other offset it passed is done
+            self.done |= set(range(low, self.acked_below)) - undone
+            self.acked_below = low
+        self.done -= undone
+        self.pop_offset = min(self.pop_offset, max(mark.pop_offset, self.acked_below))
 
     def reset(self, offset: int) -> None:
         """Start again at ``offset`` (an offset beyond the queue's end, corrected)."""

@@ -9,11 +9,16 @@ import asyncio
 import copy
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 
+from brokers.consuming import ConsumeService, NotStored
+from brokers.core.roles import BrokerRole
+from brokers.ha.gate import WritePermission
 from brokers.meta import META_TOPIC, ConsumerMeta, MetaRejected
 from brokers.metalog import MetaLog, MetaMode
+from brokers.static import StaticQueues
 from brokers.store.message import Message
 from brokers.store.offsets import DataVersion
 from brokers.store.store import MessageStore, PutMessageStatus, StoreConfig
@@ -220,3 +225,45 @@ def test_a_snapshot_older_than_the_replica_never_replaces_its_state(tmp_path):
     same_epoch = dict(records[2], offsets=[1], dataVersion={"stateVersion": 3, "counter": 0, "timestamp": 0})
     replica.apply(same_epoch)
     assert replica.pop.queue("g", "T", 0).acked_below == 3 and replica.data_version == before["dv"]
+
+
+def test_a_pop_whose_record_is_not_stored_hands_nothing_out_and_the_replicas_agree(tmp_path):
+    """A master pops, but its store refuses the pop's record (a full disk, a fence). The messages stay
+    unpopped: the next pop hands them out, and a replica following the records holds the same state.
+    (Kept in flight unrecorded, they were skipped everywhere else: the next pop's record moved every
+    replica's pop offset past them, and the new master of soak seed 2 never delivered them.)"""
+
+    async def scenario():
+        gate = WritePermission(BrokerRole.ASYNC_MASTER)
+        store = MessageStore(StoreConfig(tmp_path / "store", mapped_file_size_commit_log=1 << 20), gate)
+        await store.start()
+        try:
+            (tmp_path / "m").mkdir(), (tmp_path / "f").mkdir()
+            meta = meta_at(tmp_path / "m")
+            meta.topics.update(TopicConfig("T", 1, 1))
+            writer = MetaLog(store, meta)
+            await writer.become_writer(state_version=1)
+            writer.want_snapshot()
+            await writer._store_snapshot()
+            await store.put_messages([Message("T", 0, b"m%d" % i) for i in range(6)])
+            config = SimpleNamespace(retryMaxTimes=16, lockInStrictMode=False, totalReplicas=1)
+            consuming = ConsumeService(config, store, meta.topics, meta, writer, StaticQueues("broker-a", store.max_queue_offset))
+            every = lambda tags: True  # noqa: E731
+            await consuming.ensure_group("g")
+            first = await consuming.pop_from("g", "T", 0, 2, 30_000, every)
+            gate.update(fenced=True)
+            with pytest.raises(NotStored):
+                await consuming.pop_from("g", "T", 0, 2, 30_000, every)
+            q = meta.pop.queue("g", "T", 0)
+            assert (q.pop_offset, sorted(q.in_flight)) == (2, [0, 1])
+            gate.update(fenced=False)
+            again = await consuming.pop_from("g", "T", 0, 4, 30_000, every)
+            assert [m.queue_offset for m, _, _ in first + again] == [0, 1, 2, 3, 4, 5]
+
+            follower_meta = meta_at(tmp_path / "f")
+            await MetaLog(store, follower_meta).catch_up()
+            assert state(follower_meta)["pop"] == state(meta)["pop"]
+        finally:
+            await store.shutdown()
+
+    run(scenario())

@@ -1,11 +1,21 @@
 """The pop rules of brokers/core/pop.py that the receive path applies: which tags a filter takes,
-and which queues a receive pops (RocketMQ's proxy pops every queue for an official client)."""
+which queues a receive pops (RocketMQ's proxy pops every queue for an official client), and how a pop
+whose record was not stored is undone."""
 
 from __future__ import annotations
 
 import pytest
 
-from brokers.core.pop import dlq_topic, receive_order, retry_topic, tag_matcher, wire_nonce, wire_offset
+from brokers.core.pop import (
+    InFlight,
+    QueueState,
+    dlq_topic,
+    receive_order,
+    retry_topic,
+    tag_matcher,
+    wire_nonce,
+    wire_offset,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -80,3 +90,52 @@ def test_offsets_and_nonces_read_from_the_wire_are_checked(parse, value, ok):
     else:
         with pytest.raises(ValueError):
             parse(value)
+
+
+def _queue(pop_offset, acked_below, in_flight=(), redeliver=None):
+    return QueueState(pop_offset, acked_below, {o: InFlight(1, 1, f"n{o}") for o in in_flight}, set(), dict(redeliver or {}))
+
+
+def _pop(q: QueueState, *offsets):  # as PopState.apply_pop does
+    for o in offsets:
+        q.redeliver.pop(o, None)
+        q.in_flight[o] = InFlight(9, 2, "new")
+        q.pop_offset = max(q.pop_offset, o + 1)
+
+
+def _skip(q: QueueState, *offsets):  # as PopState.finish does for messages the filter skips
+    for o in offsets:
+        q.pop_offset = max(q.pop_offset, o + 1)
+        q.finish(o)
+
+
+@pytest.mark.parametrize(
+    "start, touched, change, want",
+    [
+        (lambda: _queue(10, 10), [10, 11], lambda q: _pop(q, 10, 11), (10, 10, [], [], {})),
+        # skipped offsets moved the committed offset: it goes back, nothing stays done
+        (lambda: _queue(10, 10), [11, 10, 12], lambda q: (_pop(q, 11), _skip(q, 10, 12)), (10, 10, [], [], {})),
+        # an ack of an older delivery meanwhile stays acked
+        (lambda: _queue(10, 8, [8, 9]), [10], lambda q: (_pop(q, 10), q.finish(8)), (10, 9, [9], [], {})),
+        (lambda: _queue(9, 8, [8]), [10, 9], lambda q: (_pop(q, 10), _skip(q, 9), q.finish(8)), (9, 9, [], [], {})),
+        # an acting master's redelivery in place, and an orderly queue's delivery handed out again
+        (lambda: _queue(10, 5, redeliver={5: 2}), [5], lambda q: _pop(q, 5), (10, 5, [], [], {5: 2})),
+        (lambda: _queue(10, 5, [5]), [5], lambda q: _pop(q, 5), (10, 5, [5], [], {})),
+    ],
+    ids=["pop", "pop-and-skips", "older-ack-kept", "older-ack-over-a-skip", "redelivery", "again-in-place"],
+)
+def test_a_pop_whose_record_was_not_stored_is_undone_and_nothing_else(start, touched, change, want):
+    q = start()
+    before = {o: (f.deadline_ms, f.attempt, f.nonce) for o, f in q.in_flight.items()}
+    mark = q.mark(touched)
+    change(q)
+    q.restore(mark)
+    pop_offset, acked_below, in_flight, done, redeliver = want
+    assert (q.pop_offset, q.acked_below, sorted(q.in_flight), sorted(q.done), q.redeliver) == (
+        pop_offset,
+        acked_below,
+        in_flight,
+        done,
+        redeliver,
+    )
+    assert all((f.deadline_ms, f.attempt, f.nonce) == before[o] for o, f in q.in_flight.items())  # as they were
