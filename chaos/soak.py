@@ -100,6 +100,7 @@ from pathlib import Path
 
 import grpc
 
+from brokers.grpc.forward import CACHE_S as FORWARD_ROUTE_CACHE_S
 from testkit.controlplane import clear_redis_prefix, fresh_database, standalone_env
 from testkit.netns import Network
 from testkit.procs import ARTIFACTS, Process, wait_until
@@ -126,6 +127,9 @@ from .replicas import BrokerNode, GroupSettings
 from .workload import Producer, read_back
 
 CONSUMER_GROUP = "soak"
+# A replica that forwards sends learns of a new master from the controller's push, or else from the
+# group's route, asked again after this long (brokers/grpc/forward.py).
+ROUTE_LAG_S = FORWARD_ROUTE_CACHE_S
 CONTROL_PLANE_KINDS = ("kill-web", "kill-worker", "kill-beat", "redis-restart", "postgres-restart", "pg-terminate")
 KINDS = (
     "kill9-master",
@@ -428,6 +432,7 @@ class Outcome:
     no_master: int = 0  # of those, the ones that found nobody
     problems: list[str] = field(default_factory=list)
     controller_back: float | None = None  # master and control plane killed together: when it answered again
+    new_master_at: float | None = None  # the first election in [at, healed] that found a new master
 
     @property
     def expected_elections(self) -> int:
@@ -461,6 +466,8 @@ def attribute_elections(outcomes: list[Outcome], history: list[dict]) -> None:
                 found = t.get("responseCode", 0) == 0 and t.get("newMasterBrokerId") is not None
                 o.new_masters += found
                 o.no_master += not found
+                if found and o.new_master_at is None:
+                    o.new_master_at = at
 
 
 def rto(ack_times: list[float], o: Outcome) -> float:
@@ -561,9 +568,15 @@ def replicas_out(outcomes: Iterable[Outcome]) -> list[ReplicaOut]:
 
 
 def unelectable(outcomes: Iterable[Outcome]) -> list[tuple[float, float]]:
-    """The spans in which no replica could be made master: a kill-with-controlplane from the kill until
-    the control plane answered again."""
-    return [(o.at, o.controller_back) for o in outcomes if o.controller_back is not None]
+    """The spans in which no replica could take a write: a kill-with-controlplane from the kill until
+    the control plane answered again, and on until its election of a new master was known to the
+    replicas that forward sends (ROUTE_LAG_S after it). The controller back elects only once the dead
+    master's heartbeats have lapsed, as RocketMQ's does: it never heard the master die."""
+    return [
+        (o.at, max(o.controller_back, o.new_master_at + ROUTE_LAG_S if o.new_master_at is not None else 0.0))
+        for o in outcomes
+        if o.controller_back is not None
+    ]
 
 
 def failed_send_figures(

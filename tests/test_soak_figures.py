@@ -18,6 +18,7 @@ from chaos.soak import (
     CONSUMER_GROUP,
     KINDS,
     MUST_BE_ZERO,
+    ROUTE_LAG_S,
     TOPIC,
     Outcome,
     attribute_elections,
@@ -322,19 +323,41 @@ def test_failed_sends_count_unless_no_in_sync_replica_could_write():
     assert failures(summary([kill, web, disk], CLEAN | f)) == ["failed_sends_while_writable 3"]
 
 
-def test_no_replica_could_write_while_the_master_and_the_controller_were_both_down():
+@pytest.mark.parametrize(
+    "new_master_at, counted",
+    [(None, ["m-2", "m-3"]), (104.0, ["m-2", "m-3"]), (105.8, ["m-3"]), (107.0, ["m-3"])],
+    ids=["no-election-seen", "elected-before", "elected-just-before", "elected-after"],
+)
+def test_no_replica_could_write_while_the_master_and_the_controller_were_both_down(new_master_at, counted):
     """kill-with-controlplane: from the kill until the control plane answers again no replica could be
-    made master (a slave taking writes without the controller would be a second master); a send
-    given up then is not counted. One given up after the control plane was back is."""
-    both = Outcome("kill-with-controlplane", "n1", 100.0, 110.0, controller_back=103.0)
+    made master (a slave taking writes without the controller would be a second master), nor until
+    the controller, back, has elected one (once the dead master's heartbeats lapsed) and the replicas
+    that forward sends know it (ROUTE_LAG_S); a send given up then is not counted. One given up
+    later is."""
+    both = Outcome("kill-with-controlplane", "n1", 100.0, 110.0, controller_back=103.0, new_master_at=new_master_at)
     fails = [
         {"t": 102.7, "kind": "fail", "id": "m-1", "sent": 100.0, "error": "UNAVAILABLE: connection refused"},
-        {"t": 106.0, "kind": "fail", "id": "m-2", "sent": 103.5, "error": "TimeoutError: send timed out"},
+        {"t": 106.0, "kind": "fail", "id": "m-2", "sent": 103.5, "error": "UNAVAILABLE: connection refused"},
+        {"t": 107.0 + ROUTE_LAG_S + 0.1, "kind": "fail", "id": "m-3", "sent": 104.0, "error": "TimeoutError: timed out"},
     ]
     f = failed_send_figures(fails, [(float("-inf"), WHOLE)], [both])
-    assert f["failed_sends_while_writable"] == 1
-    assert [s["id"] for s in f["first_failed_sends_while_writable"]] == ["m-2"]
+    assert [s["id"] for s in f["first_failed_sends_while_writable"]] == counted
+    assert f["failed_sends_while_writable"] == len(counted)
     assert writable_members(102.7, [(0.0, WHOLE)], [], [(100.0, 103.0)]) == frozenset()
+
+
+def test_the_first_election_of_a_new_master_in_a_faults_window_is_kept():
+    both = Outcome("kill-with-controlplane", "n1", 100.0, 110.0, controller_back=103.0)
+    stamp = lambda t: datetime.fromtimestamp(t, UTC).isoformat()  # noqa: E731
+    history = [
+        {"kind": "elect", "createdAt": stamp(99.0), "responseCode": 0, "newMasterBrokerId": 2},
+        {"kind": "elect", "createdAt": stamp(104.0), "responseCode": 2009, "newMasterBrokerId": None},
+        {"kind": "elect", "createdAt": stamp(105.5), "responseCode": 0, "newMasterBrokerId": 2},
+        {"kind": "elect", "createdAt": stamp(106.0), "responseCode": 0, "newMasterBrokerId": 3},
+    ]
+    attribute_elections([both], history)
+    assert (both.elections, both.new_masters, both.no_master) == (3, 2, 1)
+    assert both.new_master_at == pytest.approx(105.5)
 
 
 def _node_with_pop_table(tmp_path, name: str, queue: dict | None):
