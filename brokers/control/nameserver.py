@@ -246,6 +246,10 @@ class NameserverLink:
             frame = await asyncio.wait_for(fut, CALL_TIMEOUT_S if timeout is None else timeout)
         finally:
             self._waiters.pop(seq, None)
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # failed by the reader while the send failed too: read, not logged as lost
         if frame["type"] == "error":
             p = frame["payload"]
             code = p.get("code")
