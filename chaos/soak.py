@@ -232,7 +232,8 @@ class ClientKillWithControlPlane(ClientSide, KillWithControlPlane):
 
 
 class ControlPlaneKill(SoakFault):
-    """kill -9 of one control-plane process; started again after 1-3 s."""
+    """kill -9 of one control-plane process; started again after 1-3 s, back once it answers (the web
+    server), takes tasks (the worker) or runs (beat)."""
 
     def __init__(self, soak: Soak, producer: EventLog, which: str):
         super().__init__(soak, producer)
@@ -249,7 +250,10 @@ class ControlPlaneKill(SoakFault):
             cp.start_web()
         else:
             process.start()
-            wait_until(process.check_alive, 10.0, f"{process.name} running again")
+            # a worker counts as back once it takes tasks (elections after a closed socket are its
+            # tasks): under load it starts in seconds, and the next fault must not fall in that gap
+            back = cp.worker_ready if self.which == "worker" else process.check_alive
+            wait_until(back, 30.0, f"{process.name} running again")
         self.h.note(f"{process.name} started again {time.monotonic() - self.record.at:.2f} s after the kill")
 
 
