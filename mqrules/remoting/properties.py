@@ -1,0 +1,36 @@
+"""A message's properties as one string: ``name \\x01 value \\x02`` per property, the form of the send
+header's ``properties`` field and of the commit-log record (apache/rocketmq common/.../message/
+MessageDecoder.java ``messageProperties2String``/``string2messageProperties``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+_SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
+
+
+def encode_properties(properties: Mapping[str, str | None]) -> str:
+    """A property whose value is ``None`` is left out, as Java leaves out a null. Raises ``ValueError``
+    for an empty name or a name or value holding a separator (Java writes them and the reader then
+    splits them wrong)."""
+    parts = []
+    for name, value in properties.items():
+        if value is None:
+            continue
+        if not name or any(sep in name or sep in value for sep in _SEPARATORS):
+            raise ValueError(f"property {name!r:.40}: names are non-empty and neither holds \\x01 or \\x02")
+        parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
+    return "".join(parts)
+
+
+def decode_properties(text: str) -> dict[str, str]:
+    """Java's reading: a pair without a name or without a value is skipped, the value runs to the next
+    ``\\x02`` (a second ``\\x01`` is part of it), the last of a repeated name wins."""
+    properties = {}
+    for pair in text.split(PROPERTY_SEPARATOR):
+        separator = pair.find(NAME_VALUE_SEPARATOR)
+        if 0 < separator < len(pair) - 1:
+            properties[pair[:separator]] = pair[separator + 1 :]
+    return properties
