@@ -81,7 +81,8 @@ def acknowledged_data_guard(request):
 @pytest.fixture(autouse=True)
 def clean_state(request):
     """Every integration and e2e test starts with empty liveness, channel-layer and Celery keys, empty
-    caches and a channel layer of its own (tests/aio.py says why). Unit tests share neither services nor caches: nothing to clean."""
+    caches and a channel layer of its own (tests/aio.py says why). Unit tests share neither services
+    nor caches: nothing to clean."""
     if request.node.get_closest_marker("unit") is not None:
         yield
         return
