@@ -70,9 +70,28 @@ def topic_route_json(topic: str) -> bytes | None:
         mapping = static_mapping(topic)
         if mapping is not None:  # as RocketMQ's route carries topicQueueMappingByBroker
             body["logicQueueMapping"] = mapping
-        return json.dumps(body, separators=(",", ":")).encode()
+        return _json(body)
 
     return route_cache.cached(("route-json", topic, support), render)
+
+
+def cluster_info_json() -> bytes:
+    """``GET_BROKER_CLUSTER_INFO`` (106) as RocketMQ's ``ClusterInfo``, rendered once per registry
+    version (the remoting endpoint's; the REST view adds liveness per member)."""
+    return route_cache.cached(("cluster-info-json",), lambda: _json(wire.rocketmq_cluster_info(cluster_info())))
+
+
+def topic_list_json() -> bytes:
+    """``GET_ALL_TOPIC_LIST_FROM_NAMESERVER`` (206) as RocketMQ's ``TopicList``, once per registry version."""
+    return route_cache.cached(("topic-list-json",), lambda: _json(wire.topic_list(topic_names())))
+
+
+def topic_names() -> list[str]:
+    return list(TopicQueue.objects.order_by("topic").values_list("topic", flat=True).distinct())
+
+
+def _json(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def static_mapping(topic: str) -> dict | None:

@@ -68,40 +68,59 @@ def member_group(group: Group) -> dict:
     }
 
 
-def cluster_info(groups: dict[str, Group], live: dict[str, tuple[int, int] | None]) -> dict:
-    """``ClusterInfo`` plus, per member, what the live table knows (ours, for operators)."""
+def group_broker_data(group: Group) -> dict:
+    """A broker set as ``ClusterInfo.brokerAddrTable`` holds it (``BrokerData``: cluster, brokerName,
+    brokerAddrs, zoneName, enableActingMaster). brokerAddrs keys are quoted ids, standard JSON, as
+    RocketMQ itself writes routes for clients of 4.9.4 and later (docs/remoting.md)."""
+    return {
+        "cluster": group.cluster_name,
+        "brokerName": group.broker_name,
+        "brokerAddrs": {str(m.broker_id): m.broker_addr for m in group.members},
+        "zoneName": group.zone_name,
+        "enableActingMaster": bool(group.enable_acting_master),
+    }
+
+
+def rocketmq_cluster_info(groups: dict[str, Group]) -> dict:
+    """``ClusterInfo`` as RocketMQ's ``GET_BROKER_CLUSTER_INFO`` (106) answers it: brokerAddrTable by
+    brokerName, clusterAddrTable the broker names of each cluster (sorted: Java's is a set)."""
     clusters: dict[str, list[str]] = {}
     for g in groups.values():
         clusters.setdefault(g.cluster_name, []).append(g.broker_name)
     return {
-        "brokerAddrTable": {
-            name: {
-                "cluster": g.cluster_name,
-                "brokerName": g.broker_name,
-                "brokerAddrs": {str(m.broker_id): m.broker_addr for m in g.members},
-                "zoneName": g.zone_name,
-                "enableActingMaster": bool(g.enable_acting_master),
-                "members": [
-                    {
-                        "brokerId": m.broker_id,
-                        "brokerAddr": m.broker_addr,
-                        "haServerAddr": m.ha_server_addr,
-                        "heartbeatTimeoutMillis": m.heartbeat_timeout_millis,
-                        "dataVersion": {
-                            "stateVersion": m.data_version.state_version,
-                            "counter": m.data_version.counter,
-                            "timestamp": m.data_version.timestamp,
-                        },
-                        "lastUpdateTimestamp": (lv := live.get(member(g.cluster_name, m.broker_addr))) and lv[0],
-                        "expiresAt": lv and lv[1],
-                    }
-                    for m in g.members
-                ],
-            }
-            for name, g in groups.items()
-        },
+        "brokerAddrTable": {name: group_broker_data(g) for name, g in groups.items()},
         "clusterAddrTable": {c: sorted(names) for c, names in sorted(clusters.items())},
     }
+
+
+def topic_list(topics: list[str]) -> dict:
+    """``TopicList`` as ``GET_ALL_TOPIC_LIST_FROM_NAMESERVER`` (206) answers it (brokerAddr null, so
+    left out as fastjson leaves nulls out); sorted, Java's is a set."""
+    return {"topicList": sorted(topics)}
+
+
+def cluster_info(groups: dict[str, Group], live: dict[str, tuple[int, int] | None]) -> dict:
+    """``ClusterInfo`` (``rocketmq_cluster_info``) plus, per member, what the live table knows (ours, for
+    operators)."""
+    info = rocketmq_cluster_info(groups)
+    for name, g in groups.items():
+        info["brokerAddrTable"][name]["members"] = [
+            {
+                "brokerId": m.broker_id,
+                "brokerAddr": m.broker_addr,
+                "haServerAddr": m.ha_server_addr,
+                "heartbeatTimeoutMillis": m.heartbeat_timeout_millis,
+                "dataVersion": {
+                    "stateVersion": m.data_version.state_version,
+                    "counter": m.data_version.counter,
+                    "timestamp": m.data_version.timestamp,
+                },
+                "lastUpdateTimestamp": (lv := live.get(member(g.cluster_name, m.broker_addr))) and lv[0],
+                "expiresAt": lv and lv[1],
+            }
+            for m in g.members
+        ]
+    return info
 
 
 def static_topic(m: TopicMapping) -> dict:
