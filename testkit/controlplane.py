@@ -54,6 +54,13 @@ def uvicorn_argv(
     return argv
 
 
+def remoting_argv(port: int, *, host: str = "127.0.0.1", reuse_port: bool = False) -> list[str]:
+    """The nameserver's remoting endpoint (RocketMQ's namesrvAddr, docs/remoting.md); ``reuse_port``:
+    one of several processes sharing the port."""
+    argv = python(str(ROOT / "manage.py"), "serve_remoting", "--host", host, "--port", str(port))
+    return argv + ["--reuse-port"] if reuse_port else argv
+
+
 def celery_worker_argv(concurrency: int = 1) -> list[str]:
     """A Celery worker on the default queue; one process (solo pool, no gossip) unless ``concurrency`` > 1."""
     argv = python("-m", "celery", "-A", CELERY_APP, "worker", "-l", "INFO", "--concurrency", str(concurrency), "-Q", "celery")

@@ -8,7 +8,7 @@ import signal
 import sys
 
 from .common import LauncherError, Shutdown, install_signal_handlers, log
-from .demo import DEFAULT_PORT, cmd_demo
+from .demo import DEFAULT_PORT, DEFAULT_REMOTING_PORT, cmd_demo
 from .run_tests import cmd_test
 from .services import cmd_services
 
@@ -16,8 +16,8 @@ from .services import cmd_services
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     usage = (
-        "usage: python -m controlplane.launcher {demo [--port N] | test [pytest args...] | services}\n"
-        "  demo      migrate, bootstrap the operator, run web + Celery worker + beat until Ctrl-C\n"
+        "usage: python -m controlplane.launcher {demo [--port N] [--namesrv-port N] | test [pytest args...] | services}\n"
+        "  demo      migrate, bootstrap the operator, run web + nameserver remoting + Celery worker + beat until Ctrl-C\n"
         "  test      run pytest (all arguments are passed on) with controlplane.settings_test\n"
         "  services  start/resolve PostgreSQL + Redis and print export lines until Ctrl-C\n"
         "DATABASE_URL / REDIS_URL select existing services; unset ones are embedded under .data/."
@@ -37,7 +37,14 @@ def main(argv: list[str] | None = None) -> int:
                 default=os.environ.get("PORT") or str(DEFAULT_PORT),
                 help="HTTP port on 127.0.0.1 (default: $PORT or 8000)",
             )
-            return cmd_demo(parser.parse_args(rest).port)
+            parser.add_argument(
+                "--namesrv-port",
+                type=int,
+                default=os.environ.get("NAMESRV_PORT") or str(DEFAULT_REMOTING_PORT),
+                help="the nameserver's remoting port on 127.0.0.1, clients' namesrvAddr (default: $NAMESRV_PORT or 9876)",
+            )
+            parsed = parser.parse_args(rest)
+            return cmd_demo(parsed.port, parsed.namesrv_port)
         if command == "services":
             if rest:
                 print(usage, file=sys.stderr)

@@ -134,8 +134,9 @@ def stop_children(children: Sequence[Process], timeout: float = STOP_TIMEOUT, qu
         log(f"{', '.join(late)} did not stop within {timeout:.0f}s; killed")
 
 
-def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
-    """Fail before migrating anything if the web port is taken, with a hint how to pick another."""
+def ensure_port_free(port: int, host: str = "127.0.0.1", variable: str = "PORT") -> None:
+    """Fail before migrating anything if a port (the web's, the remoting endpoint's) is taken, with a
+    hint how to pick another (``variable``: the environment variable that chooses it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does; ignores TIME_WAIT
         try:
@@ -143,7 +144,7 @@ def ensure_port_free(port: int, host: str = "127.0.0.1") -> None:
         except OSError as exc:
             raise LauncherError(
                 f"port {port} on {host} is not available ({exc.strerror}). Another demo may be running;"
-                f" stop it or choose another port, e.g. `PORT={port + 1} make demo`."
+                f" stop it or choose another port, e.g. `{variable}={port + 1} make demo`."
             ) from None
 
 

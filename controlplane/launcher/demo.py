@@ -23,11 +23,13 @@ from .processes import manage, ready_banner, start_control_plane, wait_healthy
 from .services import resolve_services
 
 DEFAULT_PORT = 8000
+DEFAULT_REMOTING_PORT = 9876  # RocketMQ's namesrv port
 
 
-def cmd_demo(port: int) -> int:
-    """migrate + collectstatic + bootstrap, then web, worker and beat until Ctrl-C."""
+def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT) -> int:
+    """migrate + collectstatic + bootstrap, then web, the remoting endpoint, worker and beat until Ctrl-C."""
     ensure_port_free(port)
+    ensure_port_free(remoting_port, variable="NAMESRV_PORT")
     services = resolve_services()
     children: list[Process] = []
     try:
@@ -52,6 +54,7 @@ def cmd_demo(port: int) -> int:
         )
 
         ensure_port_free(port)  # re-check: setup took a while
+        ensure_port_free(remoting_port, variable="NAMESRV_PORT")
         env = child_env()
         # The audits' resident Spark (spark_jobs/server.py), unless one is configured: runs then skip
         # starting and warming a JVM of their own.
@@ -60,7 +63,7 @@ def cmd_demo(port: int) -> int:
             audit_spark_port = free_port()
             env["AUDIT_SPARK_REMOTE"] = f"sc://localhost:{audit_spark_port}"
             env.setdefault("AUDIT_SPARK_TOKEN_FILE", str(DATA_DIR / "audit-spark.token"))
-        children += start_control_plane(port, env, audit_spark_port)
+        children += start_control_plane(port, remoting_port, env, audit_spark_port)
         watched = [watch(c) for c in children] + services.watched
 
         base = f"http://127.0.0.1:{port}"
@@ -69,7 +72,7 @@ def cmd_demo(port: int) -> int:
 
         brokers = start_demo_brokers(base, token_path, env) if token_path.exists() else []
         children += [b.process for b in brokers]
-        print(ready_banner(base, token_path, admin_token_path), flush=True)
+        print(ready_banner(base, f"127.0.0.1:{remoting_port}", token_path, admin_token_path), flush=True)
         if brokers:
             grpc = ", ".join(f"{b.process.name} gRPC 127.0.0.1:{b.grpc_port}" for b in brokers)
             print(

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from testkit.controlplane import celery_beat_argv, celery_worker_argv, uvicorn_argv
+from testkit.controlplane import celery_beat_argv, celery_worker_argv, remoting_argv, uvicorn_argv
 from testkit.procs import Process, http_ok, python, wait_until
 
 from .common import (
@@ -55,11 +55,13 @@ def manage(args: list[str], *, log_path: Path | None = None, allow_unknown: bool
     raise LauncherError(f"`manage.py {' '.join(args)}` failed (exit code {result.returncode}){shown}")
 
 
-def start_control_plane(port: int, env: dict[str, str], audit_spark_port: int | None) -> list[Process]:
-    """web (uvicorn), a Celery worker (two processes) and beat; the audits' resident Spark
-    (spark_jobs/server.py) when ``audit_spark_port`` is given."""
+def start_control_plane(port: int, remoting_port: int, env: dict[str, str], audit_spark_port: int | None) -> list[Process]:
+    """web (uvicorn), the nameserver's remoting endpoint (RocketMQ clients' namesrvAddr), a Celery
+    worker (two processes) and beat; the audits' resident Spark (spark_jobs/server.py) when
+    ``audit_spark_port`` is given."""
     specs = [
         ("web", uvicorn_argv(port, fast=True)),
+        ("namesrv-remoting", remoting_argv(remoting_port)),
         ("worker", celery_worker_argv(concurrency=2)),
         ("beat", celery_beat_argv(DATA_DIR / "celerybeat-schedule")),
     ]
@@ -92,7 +94,7 @@ def wait_healthy(url: str, watched: Sequence[Watched]) -> None:
         ) from None
 
 
-def ready_banner(base: str, token_path: Path, admin_token_path: Path | None = None) -> str:
+def ready_banner(base: str, namesrv_addr: str, token_path: Path, admin_token_path: Path | None = None) -> str:
     """The block a demo user needs: where to click, who to log in as, where the broker token is, how
     to run the command line."""
     password_file = DATA_DIR / "operator-password"
@@ -102,6 +104,7 @@ def ready_banner(base: str, token_path: Path, admin_token_path: Path | None = No
     token = display_path(token_path) if token_path.exists() else "not created (see the messages above)"
     rows = [
         ("Dashboard", f"{base}/"),
+        ("namesrvAddr", f"{namesrv_addr}  (RocketMQ remoting, read-only; docs/remoting.md)"),
         ("API docs", f"{base}/api/docs/"),
         ("Login", login),
         ("Broker token", token),

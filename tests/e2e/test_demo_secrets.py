@@ -43,7 +43,8 @@ def test_the_demo_prints_no_secret_on_stdout_or_in_any_log(tmp_path, database):
         "REDIS_KEY_PREFIX": f"demo-{uuid.uuid4().hex[:6]}:",
         "DJANGO_SETTINGS_MODULE": "controlplane.settings",
     }
-    demo = Process("demo", python("-m", "controlplane.launcher", "demo", "--port", str(free_port())), out, env)
+    demo_argv = python("-m", "controlplane.launcher", "demo", "--port", str(free_port()), "--namesrv-port", str(free_port()))
+    demo = Process("demo", demo_argv, out, env)
     demo.start()
     try:
         wait_until(lambda: demo.check_alive() and "Ctrl-C stops everything" in out.read_text(), 240, "the demo's banner", 0.5)

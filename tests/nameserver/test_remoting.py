@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +23,9 @@ from mqrules.remoting.decoder import FrameDecoder
 from mqrules.remoting.frame import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, encode_frame
 from nameserver.models import BrokerGroup, BrokerMember, TopicQueue
 from nameserver.remoting import EndpointConfig, RemotingEndpoint
+from testkit.controlplane import remoting_argv
+from testkit.ports import free_port
+from testkit.procs import port_open, wait_until
 
 from .helpers import NS, register_body
 
@@ -281,3 +287,27 @@ def test_fuzzed_frames_never_break_the_server(served):
 
     one_connection()
     assert ask(served, RequestCode.GET_KV_CONFIG, namespace="n", key="k").code == ResponseCode.QUERY_NOT_FOUND
+
+
+# --- the process ---------------------------------------------------------------------------------------
+
+
+def test_two_processes_share_one_port_and_stop_on_sigterm():
+    """``manage.py serve_remoting --reuse-port`` twice on one address (as the launcher starts it): both
+    bind, connections are answered, SIGTERM ends each cleanly."""
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen(remoting_argv(port, reuse_port=True), env=env, stderr=subprocess.PIPE) for _ in range(2)]
+    try:
+        wait_until(lambda: port_open(port), 30, "the remoting port")
+        time.sleep(0.5)  # give the second process time to bind too
+        assert all(p.poll() is None for p in procs), "a process could not share the port"
+        for opaque in range(6):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                request = RemotingCommand(RequestCode.GET_KV_CONFIG, opaque=opaque, ext_fields={"namespace": "n", "key": "k"})
+                assert call(sock, request).code == ResponseCode.QUERY_NOT_FOUND
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(15) for p in procs]
+    assert codes == [0, 0], [p.stderr.read().decode()[-2000:] for p in procs if p.stderr]
