@@ -25,7 +25,6 @@ from nameserver.models import BrokerGroup, BrokerMember, TopicQueue
 from nameserver.remoting import EndpointConfig, RemotingEndpoint
 from testkit.controlplane import remoting_argv
 from testkit.ports import free_port
-from testkit.procs import port_open, wait_until
 
 from .helpers import NS, register_body
 
@@ -146,6 +145,8 @@ def test_a_topic_breaking_the_name_rule_is_an_invalid_parameter(served, topic):
 def test_cluster_info_is_rocketmq_cluster_info(api, served):
     register(api, 0, M)
     register(api, 1, S1)
+    before = ask(served, RequestCode.GET_BROKER_CLUSTER_INFO)  # cached per registry version
+    assert json.loads(before.body)["clusterAddrTable"] == {"c1": ["b1"]}
     register(api, 0, S2, name="b2", cluster="c2", topics={})
     reply = ask(served, RequestCode.GET_BROKER_CLUSTER_INFO, serialize_type=SerializeType.ROCKETMQ)
     assert reply.code == ResponseCode.SUCCESS
@@ -292,22 +293,37 @@ def test_fuzzed_frames_never_break_the_server(served):
 # --- the process ---------------------------------------------------------------------------------------
 
 
-def test_two_processes_share_one_port_and_stop_on_sigterm():
-    """``manage.py serve_remoting --reuse-port`` twice on one address (as the launcher starts it): both
-    bind, connections are answered, SIGTERM ends each cleanly."""
+def test_two_endpoints_share_one_port_with_reuse_port(served):
+    """SO_REUSEPORT, as several ``serve_remoting --reuse-port`` processes use it: a second endpoint
+    binds the first one's port, and each closing leaves the other serving."""
+    second = RemotingEndpoint(EndpointConfig(port=served.port, reuse_port=True, workers=1))
+    with pytest.raises(OSError):  # the first did not ask for reuse_port: no one may share it
+        asyncio.run_coroutine_threadsafe(second.start(), served.loop).result(10)
+    asyncio.run_coroutine_threadsafe(second.stop(), served.loop).result(10)
+    shared = [RemotingEndpoint(EndpointConfig(port=0, reuse_port=True, workers=1))]
+    asyncio.run_coroutine_threadsafe(shared[0].start(), served.loop).result(10)
+    shared.append(RemotingEndpoint(EndpointConfig(port=shared[0].port, reuse_port=True, workers=1)))
+    asyncio.run_coroutine_threadsafe(shared[1].start(), served.loop).result(10)
+    for endpoint in shared:
+        with socket.create_connection(("127.0.0.1", shared[1].port), timeout=5) as sock:
+            request = RemotingCommand(RequestCode.GET_KV_CONFIG, ext_fields={"namespace": "n", "key": "k"})
+            assert call(sock, request).code == ResponseCode.QUERY_NOT_FOUND
+        asyncio.run_coroutine_threadsafe(endpoint.stop(), served.loop).result(10)
+
+
+def test_the_command_serves_and_stops_on_sigterm():
+    """``manage.py serve_remoting`` as the launcher starts it: it listens, answers, and SIGTERM ends it
+    cleanly (exit 0)."""
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen(remoting_argv(port, reuse_port=True), env=env, stderr=subprocess.PIPE) for _ in range(2)]
+    proc = subprocess.Popen(remoting_argv(port, reuse_port=True), env=env, stderr=subprocess.PIPE)
     try:
-        wait_until(lambda: port_open(port), 30, "the remoting port")
-        time.sleep(0.5)  # give the second process time to bind too
-        assert all(p.poll() is None for p in procs), "a process could not share the port"
-        for opaque in range(6):
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                request = RemotingCommand(RequestCode.GET_KV_CONFIG, opaque=opaque, ext_fields={"namespace": "n", "key": "k"})
-                assert call(sock, request).code == ResponseCode.QUERY_NOT_FOUND
+        assert proc.stderr is not None  # it logs this line once it listens (and handles SIGTERM)
+        assert any(b"remoting endpoint on" in line for line in proc.stderr), "the command did not start"
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            request = RemotingCommand(RequestCode.GET_KV_CONFIG, ext_fields={"namespace": "n", "key": "k"})
+            assert call(sock, request).code == ResponseCode.QUERY_NOT_FOUND
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        codes = [p.wait(15) for p in procs]
-    assert codes == [0, 0], [p.stderr.read().decode()[-2000:] for p in procs if p.stderr]
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(15)
+    assert code == 0
