@@ -100,7 +100,9 @@ from pathlib import Path
 
 import grpc
 
+from brokers.core.pop import QueueState
 from brokers.grpc.forward import CACHE_S as FORWARD_ROUTE_CACHE_S
+from brokers.store.offsets import ConsumerOffsets
 from testkit.controlplane import clear_redis_prefix, fresh_database, standalone_env
 from testkit.netns import Network
 from testkit.procs import ARTIFACTS, Process, wait_until
@@ -762,24 +764,23 @@ def pop_state_of(node: BrokerNode, queue_id: int, offset: int) -> str:
     """What ``node``'s persisted pop table says of the consumer group's ``offset`` in ``queue_id``."""
     path = node.root / "config" / "consumerOffset.json"
     try:
-        table = json.loads(path.read_text()).get("popTable", {})
-    except (OSError, ValueError) as exc:
+        raw = json.loads(path.read_text()).get("popTable", {}).get(ConsumerOffsets.key(CONSUMER_GROUP, TOPIC, queue_id))
+        q = None if raw is None else QueueState.from_wire(raw)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         return f"no pop table ({exc.__class__.__name__})"
-    q = table.get(f"{CONSUMER_GROUP}@{TOPIC}@{queue_id}")
-    if not isinstance(q, dict):
+    if q is None:
         return "the group has no state for the queue"
-    flights = {f[0]: f for f in q.get("inFlight", [])}
-    if offset in flights:
-        state = f"in flight (attempt {flights[offset][2]})"
-    elif offset in q.get("done", []):
+    if offset in q.in_flight:
+        state = f"in flight (attempt {q.in_flight[offset].attempt})"
+    elif offset in q.done:
         state = "done"
-    elif offset < q.get("ackedBelow", 0):
+    elif offset < q.acked_below:
         state = "below ackedBelow"
-    elif offset >= q.get("popOffset", 0):
+    elif offset >= q.pop_offset:
         state = "not popped yet"
     else:
         state = "popped, neither in flight nor done"
-    return f"popOffset {q.get('popOffset')} ackedBelow {q.get('ackedBelow')}: {state}"
+    return f"popOffset {q.pop_offset} ackedBelow {q.acked_below}: {state}"
 
 
 def scan_broker_logs(nodes: list[BrokerNode]) -> list[BrokerLogScan]:
