@@ -22,7 +22,7 @@ from .control.members import PUSH as MIN_BROKER_PUSH
 from .control.members import MemberGroupTracker, parse_member_group
 from .control.nameserver import ControlPlaneError, LinkHooks, NameserverLink
 from .control.offset_reports import OffsetReporter
-from .control.peers import PeerClient, PeerRefused, PeerServer, RequestCode, ResponseCode
+from .control.peers import PeerClient, PeerRefused, RequestCode, ResponseCode, peer_handlers
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
 from .core.roles import BrokerRole
@@ -31,13 +31,16 @@ from .ha.gate import WritePermission
 from .ha.service import HAService
 from .meta import ConsumerMeta
 from .metalog import MetaLog, MetaMode
+from .remoting.endpoint import RemotingEndpoint, RemotingPorts
+from .remoting.locks import gather_replies
+from .remoting.server import RemotingServer
 from .store import codec
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .tasks import cancel_and_wait
 from .timer import Checkpoint, TimerService
 from .topics import TopicConfig, TopicConfigManager, system_topics
 from .transaction import Resolution
-from .transaction_check import TransactionChecks
+from .transaction_check import EitherProducers, TransactionChecks
 
 log = logging.getLogger("brokers")
 
@@ -140,16 +143,21 @@ class Broker:
             take_timer_checkpoint=self._take_timer_checkpoint,
             take_resolutions=self._take_resolutions,
         )
-        self.peers = PeerServer.for_broker(
-            config,
-            {
-                RequestCode.EXCHANGE_BROKER_HA_INFO: self.acting.exchange_ha_info,
-                RequestCode.GET_CONSUMER_META: self.acting.consumer_meta,
-                RequestCode.GET_TIMER_CHECK_POINT: self._timer_checkpoint_asked,
-                RequestCode.GET_TRANSACTION_RESOLUTIONS: self._resolutions_asked,
-                RequestCode.WANT_CONSUMER_META_SNAPSHOT: self._snapshot_asked,
-            },
+        # listenPort: remoting clients (brokers/remoting/) and this set's peers (brokers/control/peers.py)
+        self.remoting = RemotingServer(config.brokerIP1, config.listenPort)
+        self.remoting.handle_all(
+            peer_handlers(
+                config.peer_token,
+                {
+                    RequestCode.EXCHANGE_BROKER_HA_INFO: self.acting.exchange_ha_info,
+                    RequestCode.GET_CONSUMER_META: self.acting.consumer_meta,
+                    RequestCode.GET_TIMER_CHECK_POINT: self._timer_checkpoint_asked,
+                    RequestCode.GET_TRANSACTION_RESOLUTIONS: self._resolutions_asked,
+                    RequestCode.WANT_CONSUMER_META_SNAPSHOT: self._snapshot_asked,
+                },
+            )
         )
+        self.remoting_service: RemotingEndpoint | None = None
         self._peer_client = PeerClient(config.peer_token)
         self._master_addr: str | None = None  # classic mode: from the nameserver's registration answers
         self._members: dict[int, str] = {}  # this set's live replicas, as last heard (brokers/transaction_check.py)
@@ -191,7 +199,7 @@ class Broker:
         await self.metalog.catch_up()  # what this broker's own log holds beyond its last persisted state
         if self._classic_master and not self.pre_online:
             await self.metalog.become_writer()
-        await self.peers.start()
+        await self.remoting.start()
         self._follow = loop.create_task(self.metalog.follow_forever(), name="meta-follow")
         await self._serve_clients()
         self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
@@ -223,19 +231,36 @@ class Broker:
         self.grpc_service = GrpcEndpoint(self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports)
         self.grpc_server = await serve(self.grpc_service)
         self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
+        # The remoting edge, over the same services (brokers/remoting/endpoint.py).
+        service = self.grpc_service
+        self.remoting_service = RemotingEndpoint(
+            self.config,
+            self.store,
+            self.topics,
+            service.sending,
+            service.consuming,
+            service.transactions,
+            service.static,
+            RemotingPorts(
+                writer=lambda: self.metalog.mode is MetaMode.WRITER,
+                serving=lambda: self.metalog.mode in (MetaMode.WRITER, MetaMode.ACTING),
+                ask_replicas=self._ask_replicas,
+            ),
+        )
+        self.remoting.handle_all(self.remoting_service.handlers())
+        self.remoting.on_closed(self.remoting_service.clients.connection_closed)
         # The set's transaction checks run where its special services do (reference §5.1): on the
         # master, or on the slave acting for a dead one.
         checks = TransactionChecks(
             self.grpc_service.transactions,
-            self.grpc_service.producers,
+            EitherProducers(self.grpc_service.producers, self.remoting_service.clients),
             self._peer_client,
             self._group_members,
             self.config.broker_addr,
             self.config.transactionCheckInterval,
             serving=lambda: self.metalog.mode in (MetaMode.WRITER, MetaMode.ACTING),
         )
-        for code, handler in checks.handlers().items():
-            self.peers.handle(code, handler)
+        self.remoting.handle_all(peer_handlers(self.config.peer_token, checks.handlers()))
         self._transactions = loop.create_task(checks.run(), name="transactions")
 
     async def _repair_store_in_place(self) -> None:
@@ -261,6 +286,8 @@ class Broker:
         if self.replicas is not None:
             await self.replicas.stop()
         await cancel_and_wait(self._pre_online)
+        if self.remoting_service is not None:
+            self.remoting.withdraw(self.remoting_service.handlers(), "the broker is shutting down")
         if self.grpc_server is not None:
             await cancel_and_wait(self._revive, self._transactions)
             await self.grpc_server.stop(grace=2)
@@ -271,7 +298,7 @@ class Broker:
         if self.members is not None:
             await self.members.stop()
         await self.nameserver.stop()
-        await self.peers.stop()
+        await self.remoting.stop()
         await self.ha.stop()
         await self.store.shutdown()
 
@@ -301,6 +328,12 @@ class Broker:
             raise PeerRefused(ResponseCode.SYSTEM_ERROR, "not the master of this broker set")
         self.metalog.want_snapshot()
         return {}
+
+    async def _ask_replicas(self, code: int, body: dict) -> list[dict]:
+        """The lock quorum (brokers/remoting/locks.py): the answers of this set's other live replicas."""
+        members = await self._group_members()
+        others = [addr for addr in members.values() if addr != self.config.broker_addr]
+        return await gather_replies([self._peer_client.call(addr, code, body) for addr in others])
 
     async def _ask_master_for_snapshot(self) -> None:
         master = self.replicas.master_addr if self.replicas is not None else self._master_addr

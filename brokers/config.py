@@ -95,6 +95,11 @@ class BrokerConfig:
     # 5.x delivery time up to a level.
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     useDelayLevel: bool = False
+    # RocketMQ's proxy setting: a sent message's type (normal, FIFO, delay, transactional) must be one
+    # its topic's message.type takes. Off for 4.x applications whose topics carry no type (their
+    # delay-level and transactional messages go to plain NORMAL topics). Retry and DLQ topics are
+    # never checked.
+    enableTopicMessageTypeCheck: bool = True
     # Transactions (brokers/transaction.py; RocketMQ's names and defaults): a half message unresolved
     # this long is checked (its producer asked), every transactionCheckInterval, at most
     # transactionCheckMax times, then discarded to TRANS_CHECK_MAX_TIME_TOPIC.
@@ -381,6 +386,7 @@ DYNAMIC_KEYS = frozenset(
         "retryMaxTimes",
         "popReviveAfterTakeoverMillis",
         "useDelayLevel",
+        "enableTopicMessageTypeCheck",
         "lockInStrictMode",
         "transactionTimeOut",
         "transactionCheckMax",

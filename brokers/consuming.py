@@ -375,6 +375,19 @@ class ConsumeService:
         await self.record("reset", group=group, topic=topic, queueId=queue_id, offset=offset)
         self._committed(group, topic, queue_id, offset, source)
 
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset of the queue; None when it never committed one here."""
+        state = self.pop.queues.get((group, topic, queue_id))
+        return state.acked_below if state is not None else self.offsets.get(group, topic, queue_id)
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """A pull consumer's commit (a remoting client's UPDATE_CONSUMER_OFFSET, or the offset its pull
+        carries): the queue goes on from ``offset``, as a reset does (such a group has nothing in
+        flight). The same offset again changes and records nothing. NotStored when its record was not
+        stored."""
+        if self.committed_offset(group, topic, queue_id) != offset:
+            await self.reset_queue(group, topic, queue_id, offset, "client_commit")
+
     def _committed(self, group: str, topic: str, queue_id: int, offset: int, source: str) -> None:
         """A committed offset changed; reported as clients see it (a static topic's logical queue and
         offset; not reported while its segment's start is undecided)."""
@@ -470,7 +483,7 @@ class ConsumeService:
         origin = m.properties.get("ORIGIN_TOPIC", topic)
         props = {**m.properties, "RECONSUME_TIME": str(attempt), "ORIGIN_TOPIC": origin}
         target = dlq_topic(group) if dead else retry_topic(group, origin)
-        self._ensure_topic(target)
+        self.ensure_topic(target)
         result = await self.store.put_message(Message(target, 0, m.body, props, born_timestamp=m.born_timestamp))
         if result.status is not PutMessageStatus.PUT_OK:
             log.warning("moving %s/%d@%d into %s failed: %s", topic, queue_id, offset, target, result.status)
@@ -482,7 +495,7 @@ class ConsumeService:
             log.warning("revive of %s/%d@%d not recorded (%s); a new master revives it again", topic, queue_id, offset, exc)
         return True
 
-    def _ensure_topic(self, name: str) -> None:
+    def ensure_topic(self, name: str) -> None:
         """A retry or DLQ topic exists in the topic configs (one queue, readable and writable, as
         RocketMQ creates them on first use) and so in the routes: operators can read a DLQ. (Its
         record reaches the slaves through the topic configs' change hook, brokers/broker.py.)"""

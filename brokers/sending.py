@@ -70,7 +70,15 @@ class SendService:
         admitted = admission.messages
         stored = []
         for a, out in zip(admitted, messages, strict=True):
-            msg = Message(a.topic, a.queue_id, out.body, a.properties, born_timestamp=out.born_ms)
+            msg = Message(
+                a.topic,
+                a.queue_id,
+                out.body,
+                a.properties,
+                out.flag,
+                born_timestamp=out.born_ms,
+                reconsume_times=out.reconsume_times,
+            )
             if a.half:  # the transaction id is the message id (RocketMQ's UNIQ_KEY)
                 msg = into_half(msg, a.properties["UNIQ_KEY"])
             elif a.due_ms is not None:

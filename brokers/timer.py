@@ -62,7 +62,15 @@ def into_wheel(msg: Message, due_ms: int) -> Message:
     """The message as the timer queue keeps it until ``due_ms``."""
     props = dict(msg.properties)
     props[REAL_TOPIC], props[REAL_QID], props[TIMER_OUT_MS] = msg.topic, str(msg.queue_id), str(due_ms)
-    return Message(TIMER_TOPIC, WHEEL_QUEUE, msg.body, props, flag=msg.flag, born_timestamp=msg.born_timestamp)
+    return Message(
+        TIMER_TOPIC,
+        WHEEL_QUEUE,
+        msg.body,
+        props,
+        flag=msg.flag,
+        born_timestamp=msg.born_timestamp,
+        reconsume_times=msg.reconsume_times,
+    )
 
 
 def due_of(stored: Message) -> int | None:
@@ -80,7 +88,15 @@ def out_of_wheel(stored: Message, enqueued_ms: int, now: int) -> Message:
     props = dict(stored.properties)
     topic, qid = props.pop(REAL_TOPIC), int(props.pop(REAL_QID))
     props[TIMER_ENQUEUE_MS], props[TIMER_DEQUEUE_MS] = str(enqueued_ms), str(now)
-    return Message(topic, qid, stored.body, props, flag=stored.flag, born_timestamp=stored.born_timestamp)
+    return Message(
+        topic,
+        qid,
+        stored.body,
+        props,
+        flag=stored.flag,
+        born_timestamp=stored.born_timestamp,
+        reconsume_times=stored.reconsume_times,
+    )
 
 
 # --- the service (the serving master) --------------------------------------------------------------

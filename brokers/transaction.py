@@ -92,7 +92,9 @@ def into_half(msg: Message, transaction_id: str) -> Message:
     """The half message kept until its transaction is resolved."""
     props = dict(msg.properties)
     props[REAL_TOPIC], props[REAL_QID] = msg.topic, str(msg.queue_id)
-    props[TRAN_MSG], props[PGROUP], props[TRANSACTION_ID] = "true", msg.topic, transaction_id
+    # A remoting producer names its group (PGROUP), which its checks go to; a gRPC one has none: its
+    # topic stands for it (brokers/grpc/producers.py keeps its streams by topic).
+    props[TRAN_MSG], props[PGROUP], props[TRANSACTION_ID] = "true", props.get(PGROUP) or msg.topic, transaction_id
     return Message(HALF_TOPIC, 0, msg.body, props, flag=msg.flag, born_timestamp=msg.born_timestamp)
 
 

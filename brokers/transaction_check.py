@@ -38,16 +38,31 @@ log = logging.getLogger("brokers.transaction")
 
 STEP_S = 0.1  # how often the loop looks whether this broker serves, and whether a check is due
 MAX_CHECKS = 10_000  # checks one relay request carries at most (a run's are split)
-MAX_BODY_CHARS = 16 * 1024 * 1024  # and about this much base64 (a peer frame takes 64 MiB)
+MAX_BODY_CHARS = 12 * 1024 * 1024  # and about this much base64 (a peer frame takes 16 MiB)
 MAX_GROUPS = 10_000  # groups one holders request names at most
 
 
 class LocalProducers(Protocol):
-    """The producers connected to this broker (its gRPC edge's Telemetry streams)."""
+    """The producers connected to this broker through one edge (gRPC's Telemetry streams, remoting's
+    connections)."""
 
     def producers_of(self, group: str) -> int: ...
 
     def relay_check(self, group: str, half: Message) -> bool: ...
+
+
+class EitherProducers:
+    """The producers of every edge (gRPC's Telemetry streams, remoting's connections) as one: a check
+    goes to the first edge that holds a producer of its group."""
+
+    def __init__(self, *edges: LocalProducers):
+        self.edges = edges
+
+    def producers_of(self, group: str) -> int:
+        return sum(edge.producers_of(group) for edge in self.edges)
+
+    def relay_check(self, group: str, half: Message) -> bool:
+        return any(edge.relay_check(group, half) for edge in self.edges)
 
 
 class PeerCaller(Protocol):

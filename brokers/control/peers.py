@@ -2,19 +2,18 @@
 (``brokerIP1:listenPort``, RocketMQ's 10911), for ``EXCHANGE_BROKER_HA_INFO`` (906), the metadata
 pulls of pre-online (reference §5.1, §5.3) and the relay of transaction checks.
 
-Not RocketMQ's remoting codec: a small request/response protocol of our own, with RocketMQ's request
-and response codes. A frame is a 4-byte big-endian length, then that many bytes of UTF-8 JSON:
-
-* request ``{"code": int, "token": str, "seq": int, "body": {...}}``
-* response ``{"code": int, "remark": str, "seq": int | null, "body": {...}}`` (0 SUCCESS; ``seq`` is
-  the request's, null when it could not be read)
+Real remoting frames (mqrules/remoting/), on the same listener as the clients' requests
+(brokers/remoting/server.py): a peer request is a RemotingCommand whose code is the request code, whose
+``extFields`` carry the peer token (``peerToken``) and whose body is a UTF-8 JSON object; the answer is
+a response command with RocketMQ's response code, a remark, and a JSON object body (SUCCESS, 0). Our
+bodies are JSON where RocketMQ puts some of these fields in headers (906's ``ExchangeHAInfo*Header``):
+each side of this channel is ours, and one body form serves every request.
 
 A request is answered iff its token equals the broker's peer token (``peerToken``, else the
-control-plane token); otherwise 16 NO_PERMISSION. Handlers are registered by request code; an unknown
-code is answered 3 REQUEST_CODE_NOT_SUPPORTED, a handler's ``PeerRefused`` with its code, any other
-handler failure 1 SYSTEM_ERROR. A malformed frame is answered 29 INVALID_PARAMETER and the connection
-stays usable; a frame over ``MAX_FRAME_BYTES`` is answered and the connection closed (its body is never
-read). Every socket operation has a timeout.
+control-plane token); otherwise 16 NO_PERMISSION. A handler's ``PeerRefused`` answers its code, any
+other handler failure 1 SYSTEM_ERROR, a body that is no JSON object 29 INVALID_PARAMETER. What the
+listener does with bad frames, unknown codes and slow peers is brokers/remoting/server.py's. Every call
+has a timeout.
 """
 
 from __future__ import annotations
@@ -30,20 +29,18 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from mqrules import validation
-
-from ..config import BrokerConfig
-from ..tasks import cancel_and_wait
+from mqrules.remoting.codes import ResponseCode
+from mqrules.remoting.decoder import FrameDecoder
+from mqrules.remoting.frame import FrameError, RemotingCommand, encode_frame
 
 log = logging.getLogger("brokers.peers")
 
-MAX_FRAME_BYTES = 64 * 1024 * 1024
-HEADER = 4
+MAX_FRAME_BYTES = 64 * 1024 * 1024  # an answer (pre-online's consumer metadata) may exceed a request's 16 MiB
+TOKEN_FIELD = "peerToken"
 CONNECT_TIMEOUT_S = 3.0
 CALL_TIMEOUT_S = 3.0  # RocketMQ's broker-to-broker calls wait 3000 ms
-IDLE_TIMEOUT_S = 120.0  # the server closes a connection silent this long (RocketMQ's serverChannelMaxIdleTimeSeconds)
-BODY_TIMEOUT_S = 10.0  # for the rest of a frame once its length arrived
-WRITE_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
+READ_CHUNK = 64 * 1024
 
 
 class RequestCode(IntEnum):
@@ -64,17 +61,6 @@ class RequestCode(IntEnum):
     # Ours: the serving broker hands a replica the transaction checks it is to relay to its producers
     # (RocketMQ's CHECK_TRANSACTION_STATE, 39, goes to the producer itself).
     RELAY_TRANSACTION_CHECKS = 10039
-
-
-class ResponseCode(IntEnum):
-    """``ResponseCode`` numbers (reference §1.12) a peer answers with."""
-
-    SUCCESS = 0
-    SYSTEM_ERROR = 1
-    SYSTEM_BUSY = 2
-    REQUEST_CODE_NOT_SUPPORTED = 3
-    NO_PERMISSION = 16
-    INVALID_PARAMETER = 29
 
 
 class PeerError(RuntimeError):
@@ -98,19 +84,8 @@ class PeerRefused(Exception):
         self.code, self.remark = int(code), remark
 
 
-class FrameError(ValueError):
-    """A frame this side cannot use; ``seq`` when the request's could be read."""
-
-    def __init__(self, message: str, seq: int | None = None):
-        super().__init__(message)
-        self.seq = seq
-
-
-class FrameTooLarge(FrameError):
-    pass
-
-
 Handler = Callable[[dict], Awaitable[dict]]
+RemotingHandler = Callable[[RemotingCommand, object], Awaitable[RemotingCommand]]  # the listener's (brokers/remoting)
 
 
 def _code_name(code: int) -> str:
@@ -120,206 +95,63 @@ def _code_name(code: int) -> str:
         return "UNKNOWN"
 
 
-# --- frames (pure) -----------------------------------------------------------------------------------
+# --- serving: a peer request's answer -----------------------------------------------------------
 
 
-def encode(message: Mapping) -> bytes:
-    data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-    return len(data).to_bytes(HEADER, "big") + data
+def peer_handler(token: str, handler: Handler) -> RemotingHandler:
+    """The remoting listener's handler (brokers/remoting/server.py) for a peer request served by
+    ``await handler(body)``: the token checked, the JSON body read, the answer or refusal written."""
+    expected = token.encode()
+
+    async def answer(request: RemotingCommand, _connection: object) -> RemotingCommand:
+        given = request.ext_fields.get(TOKEN_FIELD, "")
+        if not hmac.compare_digest(given.encode(), expected):
+            log.warning("peer request code %d refused: wrong peer token", request.code)
+            return request.response(ResponseCode.NO_PERMISSION, "wrong peer token")
+        try:
+            body = _json_object(request.body) if request.body else {}
+        except ValueError as exc:
+            return request.response(ResponseCode.INVALID_PARAMETER, f"malformed body: {exc}")
+        try:
+            result = await handler(body)
+        except PeerRefused as exc:
+            return request.response(exc.code, exc.remark)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("peer request code %d failed", request.code)
+            return request.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        try:
+            data = json.dumps(result, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            log.error("peer request code %d: the handler's answer is no JSON (%s)", request.code, exc)
+            return request.response(ResponseCode.SYSTEM_ERROR, f"answer not encodable: {exc}")
+        if not isinstance(result, dict):
+            log.error("peer request code %d: the handler answered %s, not a dict", request.code, type(result).__name__)
+            return request.response(ResponseCode.SYSTEM_ERROR, "the handler answered no JSON object")
+        return request.response(ResponseCode.SUCCESS, body=data)
+
+    return answer
 
 
-def frame_length(header: bytes, max_bytes: int = MAX_FRAME_BYTES) -> int:
-    length = int.from_bytes(header, "big")
-    if length > max_bytes:
-        raise FrameTooLarge(f"frame of {length} bytes is over the limit of {max_bytes}")
-    return length
-
-
-@dataclass(frozen=True)
-class Request:
-    code: int
-    token: str
-    seq: int
-    body: dict
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def peer_handlers(
+    token: str, handlers: Mapping[int, Handler]
+) -> dict[int, Callable[[RemotingCommand, object], Awaitable[RemotingCommand]]]:
+    return {int(code): peer_handler(token, handler) for code, handler in handlers.items()}
 
 
 def _json_object(data: bytes) -> dict:
     try:
         message = json.loads(data.decode(), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError) as exc:
-        raise FrameError(f"not UTF-8 JSON ({exc})") from None
+        raise ValueError(f"not UTF-8 JSON ({exc})") from None
     if not isinstance(message, dict):
-        raise FrameError("a frame must be a JSON object")
+        raise ValueError("a body must be a JSON object")
     return message
 
 
 def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
-
-
-def decode_request(data: bytes) -> Request:
-    message = _json_object(data)
-    seq = message.get("seq")
-    seq = seq if _is_int(seq) else None
-    problems = []
-    if seq is None:
-        problems.append("seq must be an integer")
-    if not _is_int(message.get("code")):
-        problems.append("code must be an integer")
-    if not isinstance(message.get("token"), str):
-        problems.append("token must be a string")
-    body = message.get("body", {})
-    body = {} if body is None else body
-    if not isinstance(body, dict):
-        problems.append("body must be a JSON object")
-    if problems:
-        raise FrameError("; ".join(problems), seq)
-    return Request(message["code"], message["token"], seq, body)  # type: ignore[arg-type]
-
-
-def response(seq: int | None, code: int = ResponseCode.SUCCESS, remark: str = "", body: dict | None = None) -> dict:
-    return {"code": int(code), "remark": remark, "seq": seq, "body": body or {}}
-
-
-# --- server ------------------------------------------------------------------------------------------
-
-
-class PeerServer:
-    """Listens on the broker's remoting address and answers its peers; owns every connection.
-    ``handlers``: request code -> ``await handler(body)`` (the SUCCESS body)."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        token: str,
-        handlers: Mapping[int, Handler] | None = None,
-        *,
-        max_frame_bytes: int = MAX_FRAME_BYTES,
-    ):
-        self.host, self.port = host, port
-        self._token = token.encode()
-        self.max_frame_bytes = max_frame_bytes
-        self.idle_timeout_s = IDLE_TIMEOUT_S
-        self.body_timeout_s = BODY_TIMEOUT_S
-        self._handlers: dict[int, Handler] = {int(code): handler for code, handler in (handlers or {}).items()}
-        self._server: asyncio.base_events.Server | None = None
-        self._connections: dict[asyncio.Task, asyncio.StreamWriter] = {}
-
-    @classmethod
-    def for_broker(cls, config: BrokerConfig, handlers: Mapping[int, Handler] | None = None) -> PeerServer:
-        return cls(config.brokerIP1, config.listenPort, config.peer_token, handlers)
-
-    def handle(self, code: int, handler: Handler) -> None:
-        """Answer requests of ``code`` with ``await handler(body)`` too: for a part built after the
-        server that brings its own requests (the transaction checks, built with the gRPC service)."""
-        current = self._handlers.get(int(code))
-        if current is not None and current is not handler:
-            raise ValueError(f"request code {int(code)} is already handled by {current.__qualname__}")
-        self._handlers[int(code)] = handler
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.host, self.port)
-        if self.port == 0:
-            self.port = self._server.sockets[0].getsockname()[1]
-        log.info("peer channel listening on %s:%d", self.host, self.port)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for writer in self._connections.values():
-            writer.close()
-        await cancel_and_wait(*self._connections)
-        if self._server is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._server.wait_closed(), CLOSE_TIMEOUT_S)
-
-    @property
-    def connections(self) -> int:
-        return len(self._connections)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[task] = writer
-        peer = writer.get_extra_info("peername")
-        try:
-            await self._serve(reader, writer, peer)
-        except asyncio.CancelledError:
-            pass  # stopping; ending normally keeps asyncio's stream callback from logging it
-        except Exception:
-            log.exception("peer connection from %s failed; closing", peer)
-        finally:
-            self._connections.pop(task, None)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer) -> None:
-        while True:
-            try:
-                header = await asyncio.wait_for(reader.readexactly(HEADER), self.idle_timeout_s)
-                length = frame_length(header, self.max_frame_bytes)
-                data = await asyncio.wait_for(reader.readexactly(length), self.body_timeout_s)
-            except FrameTooLarge as exc:
-                log.warning("peer %s sent a frame over the limit (%s); closing", peer, exc)
-                await self._send(writer, response(None, ResponseCode.INVALID_PARAMETER, str(exc)), peer)
-                return
-            except asyncio.IncompleteReadError:
-                return  # the peer closed (between frames, or inside one)
-            except TimeoutError:
-                log.info("peer %s silent (or a frame stalled) past its timeout; closing", peer)
-                return
-            except ConnectionError:
-                return
-            if not await self._send(writer, await self.answer(data, peer), peer):
-                return
-
-    async def answer(self, data: bytes, peer: object = None) -> dict:
-        """The response to one request frame's bytes."""
-        try:
-            request = decode_request(data)
-        except FrameError as exc:
-            log.info("peer %s sent a malformed frame: %s", peer, exc)
-            return response(exc.seq, ResponseCode.INVALID_PARAMETER, f"malformed frame: {exc}")
-        if not hmac.compare_digest(request.token.encode(), self._token):
-            log.warning("peer %s: request code %d refused: wrong peer token", peer, request.code)
-            return response(request.seq, ResponseCode.NO_PERMISSION, "wrong peer token")
-        handler = self._handlers.get(request.code)
-        if handler is None:
-            return response(request.seq, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {request.code} not supported")
-        try:
-            body = await handler(request.body)
-        except PeerRefused as exc:
-            return response(request.seq, exc.code, exc.remark)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            log.exception("peer %s: request code %d failed", peer, request.code)
-            return response(request.seq, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
-        if not isinstance(body, dict):
-            log.error("peer request code %d: the handler answered %s, not a dict", request.code, type(body).__name__)
-            return response(request.seq, ResponseCode.SYSTEM_ERROR, "the handler answered no JSON object")
-        return response(request.seq, body=body)
-
-    async def _send(self, writer: asyncio.StreamWriter, message: dict, peer) -> bool:
-        """Whether the answer went out (else the connection is done for)."""
-        try:
-            data = encode(message)
-        except (TypeError, ValueError) as exc:  # a handler's body that is no JSON
-            log.error("peer answer not encodable (%s)", exc)
-            data = encode(response(message.get("seq"), ResponseCode.SYSTEM_ERROR, f"answer not encodable: {exc}"))
-        try:
-            writer.write(data)
-            await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
-        except (TimeoutError, ConnectionError) as exc:
-            log.info("peer %s does not take its answer (%s); closing", peer, type(exc).__name__)
-            return False
-        return True
 
 
 # --- client ------------------------------------------------------------------------------------------
@@ -349,7 +181,8 @@ class PeerClient:
         except ValueError as exc:
             raise PeerError(addr, str(exc)) from None
         seq = next(self._seq)
-        request = encode({"code": int(code), "token": self.token, "seq": seq, "body": body or {}})
+        data = json.dumps(body or {}, separators=(",", ":"), allow_nan=False).encode()
+        request = encode_frame(RemotingCommand(code=int(code), opaque=seq, ext_fields={TOKEN_FIELD: self.token}, body=data))
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.connect_timeout_s)
         except TimeoutError:
@@ -357,10 +190,10 @@ class PeerClient:
         except OSError as exc:
             raise PeerError(addr, f"cannot connect ({exc.strerror or exc})") from None
         try:
-            answer = await asyncio.wait_for(self._exchange(reader, writer, request), timeout)
+            answer = await asyncio.wait_for(self._exchange(reader, writer, request, seq), timeout)
         except TimeoutError:
             raise PeerTimeout(addr, f"request code {int(code)}: no answer within {timeout:g} s") from None
-        except asyncio.IncompleteReadError:
+        except (asyncio.IncompleteReadError, EOFError):
             raise PeerError(addr, f"request code {int(code)}: the connection closed before the answer") from None
         except FrameError as exc:
             raise PeerError(addr, f"request code {int(code)}: {exc}") from None
@@ -370,24 +203,31 @@ class PeerClient:
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
-        return _success_body(addr, seq, answer)
+        return _success_body(addr, answer)
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> dict:
+    async def _exchange(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, seq: int
+    ) -> RemotingCommand:
         writer.write(request)
         await writer.drain()
-        length = frame_length(await reader.readexactly(HEADER), self.max_frame_bytes)
-        return _json_object(await reader.readexactly(length))
+        decoder = FrameDecoder(self.max_frame_bytes)
+        while True:
+            data = await reader.read(READ_CHUNK)
+            if not data:
+                raise EOFError
+            decoder.feed(data)
+            for command in decoder.commands():
+                if command.is_response and command.opaque == seq:
+                    return command
 
 
-def _success_body(addr: str, seq: int, answer: dict) -> dict:
-    code, remark, body = answer.get("code"), answer.get("remark"), answer.get("body")
-    if not _is_int(code) or answer.get("seq") not in (seq, None):
-        raise PeerError(addr, f"a garbled answer: {str(answer)[:200]}")
-    if code != ResponseCode.SUCCESS:
-        raise PeerError(addr, remark if isinstance(remark, str) else "", code)
-    if answer.get("seq") != seq or not isinstance(body, dict):
-        raise PeerError(addr, f"a garbled answer: {str(answer)[:200]}")
-    return body
+def _success_body(addr: str, answer: RemotingCommand) -> dict:
+    if answer.code != ResponseCode.SUCCESS:
+        raise PeerError(addr, answer.remark or "", answer.code)
+    try:
+        return _json_object(answer.body) if answer.body else {}
+    except ValueError as exc:
+        raise PeerError(addr, f"a garbled answer: {exc}") from None
 
 
 # --- EXCHANGE_BROKER_HA_INFO (906) body (pure) --------------------------------------------------------

@@ -12,7 +12,9 @@ the proxy does):
 3. per message: its topic exists here (TOPIC_NOT_FOUND) and takes writes (FORBIDDEN); its body is
    neither empty nor over MAX_BODY_SIZE; its message type is one its topic's type takes (the proxy's
    DefaultTopicMessageTypeValidator, MESSAGE_PROPERTY_CONFLICT_WITH_TYPE); its message group is one
-   the proxy accepts (ILLEGAL_MESSAGE_GROUP, brokers/core/fifo.py), and picks its queue;
+   the proxy accepts (ILLEGAL_MESSAGE_GROUP, brokers/core/fifo.py), and picks its queue (or takes the
+   one a remoting client chose); the type check is the proxy's ``enableTopicMessageTypeCheck``, never
+   made for retry and DLQ topics;
 4. a static topic's message goes to its logical queue's writable segment: here, or to the broker set
    that owns it (the whole send is handed on), or it waits once for a move's decision
    (brokers/core/static.py);
@@ -44,6 +46,7 @@ MAX_BODY_SIZE = 4 * 1024 * 1024  # as RocketMQ's maxMessageSize
 PERM_WRITE = 2  # RocketMQ's PermName bit
 # The write gate's reasons for which a send goes to the group's master instead.
 FORWARDING_REASONS = frozenset({WriteReason.SLAVE, WriteReason.FENCED})
+UNTYPED_PREFIXES = ("%RETRY%", "%DLQ%")  # retry and DLQ topics take a message of any type
 
 
 class MessageType(IntEnum):
@@ -85,6 +88,8 @@ class TimerSettings(Protocol):
     def timerMaxDelaySec(self) -> int: ...
     @property
     def useDelayLevel(self) -> bool: ...
+    @property
+    def enableTopicMessageTypeCheck(self) -> bool: ...
 
 
 class Outgoing(NamedTuple):
@@ -98,6 +103,12 @@ class Outgoing(NamedTuple):
     delivery_ms: int | None  # its delivery time, when it has one
     properties: dict[str, str]
     born_ms: int
+    # What a remoting client's send header carries besides (brokers/remoting/sending.py): the queue
+    # the client chose (None: the broker picks, as for gRPC sends), the message's flag, and how many
+    # times it was consumed before (a retry's).
+    queue_id: int | None = None
+    flag: int = 0
+    reconsume_times: int = 0
 
 
 class Admitted(NamedTuple):
@@ -152,6 +163,13 @@ class SendRules:
     queue_turns: Iterator[int]
     static_turns: Iterator[int]
     max_body_size: int = MAX_BODY_SIZE
+
+
+def type_checked(topic: str, settings: TimerSettings) -> bool:
+    """Whether a message's type must be one its topic takes: as RocketMQ's proxy checks it, unless
+    ``enableTopicMessageTypeCheck`` is off, and never for a retry or DLQ topic (a consumer's retry of
+    a timed or transactional message keeps its properties)."""
+    return settings.enableTopicMessageTypeCheck and not topic.startswith(UNTYPED_PREFIXES)
 
 
 def forwards_sends(write_reason: WriteReason, acting: bool) -> bool:
@@ -220,23 +238,30 @@ def _admit_message(
     if size > rules.max_body_size:
         return Admission.refused(Code.MESSAGE_BODY_TOO_LARGE)
     message_type, group, name = out.message_type, out.group, topic.topicName
-    if message_type not in accepts:
+    if message_type not in accepts and type_checked(name, rules.settings):
         return Admission.refused(
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, type_conflict(out.topic, topic.message_type, type_name(message_type))
         )
+    chosen = out.queue_id is not None
     if group:  # FIFO: every message of its group to one queue
         try:
             check_group(group)
         except IllegalGroup as exc:
             return Admission.refused(Code.ILLEGAL_MESSAGE_GROUP, str(exc))
         queue_id = queue_of_group(group, topic.writeQueueNums if static is None else len(static.queues))
+    elif out.queue_id is not None:  # the client chose it (a remoting send): one of the topic's write queues
+        queues = topic.writeQueueNums if static is None else len(static.queues)
+        if not 0 <= out.queue_id < queues:
+            return Admission.refused(Code.BAD_REQUEST, f"queue {out.queue_id} of {name} is not one of its {queues} write queues")
+        queue_id = out.queue_id
     else:
         queue_id = next(rules.queue_turns) % topic.writeQueueNums
     base = None
     if static is not None:
-        target = write_target(static, rules.broker_name, queue_id if group else None, rules.static_turns)
+        fixed = bool(group) or chosen
+        target = write_target(static, rules.broker_name, queue_id if fixed else None, rules.static_turns)
         if target is None:  # another broker set takes this logical queue's writes
-            lid = queue_id if group else queue_id % len(static.queues)
+            lid = queue_id if fixed else queue_id % len(static.queues)
             return Admission(Verdict.TO_OWNER, owner=static.queues[lid].writable.broker_name)
         lid, segment = target
         if segment.logic_start is None:  # the old segment's end is being reported

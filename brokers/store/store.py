@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import os
+import struct
 import time
 from collections import deque
 from collections.abc import Callable
@@ -41,7 +42,7 @@ from .consumequeue import ConsumeQueues, tags_code
 from .cuts import MARKER, Cut, CutCause, CutRefused, TailShape, judge, tail_shape
 from .cuts import describe as describe_cut
 from .files import write_json_atomically
-from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, decode, tags_of
+from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, decode, record_length, tags_of
 from .results import PutMessageStatus, PutResult
 
 __all__ = ["FlushDiskType", "MessageStore", "PutMessageStatus", "PutResult", "ReplicaGate", "StoreConfig", "WriteGate"]
@@ -733,6 +734,36 @@ class MessageStore:
         return [
             self.commit_log.read_message(phys, size) for _, phys, size, _ in cq.entries(queue_offset, max_count) if size > 0
         ]  # size 0: a hole
+
+    async def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[tuple[int, int, bytes]]:
+        """The records of the queue from ``queue_offset`` as stored (what a remoting pull answers):
+        (queue offset, tags hash, record bytes) each, holes left out, at most ``max_count`` entries read."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io, self._read_queue, topic, queue_id, queue_offset, max_count)
+
+    def _read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[tuple[int, int, bytes]]:
+        cq = self.consume_queues.queues.get((topic, queue_id))
+        if cq is None:
+            return []
+        read = self.commit_log.read
+        return [(offset, tags, read(phys, size)) for offset, phys, size, tags in cq.entries(queue_offset, max_count) if size > 0]
+
+    async def read_record(self, physical_offset: int) -> bytes | None:
+        """The record stored at ``physical_offset`` (a remoting client's offset message id), or None
+        when no record starts there."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io, self._read_record, physical_offset)
+
+    def _read_record(self, physical_offset: int) -> bytes | None:
+        if not self.commit_log.min_offset <= physical_offset < self.commit_log.written_offset:
+            return None
+        try:
+            size = record_length(self.commit_log.read(physical_offset, 4))
+            raw = self.commit_log.read(physical_offset, size) if size > 4 else b""
+            record = decode(raw)
+        except (CorruptRecord, struct.error, ValueError):
+            return None
+        return raw if isinstance(record, Message) and record.physical_offset == physical_offset else None
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset consumers can read (published entries)."""

@@ -1,6 +1,7 @@
 """The peer channel between brokers of one replica group (brokers/control/peers.py) over real TCP
-sockets on 127.0.0.1: round trips, the peer token, RocketMQ's response codes for refusals, bad frames
-and slow peers that never take the server down, and 906's body (reference §5.3)."""
+sockets on 127.0.0.1, on the broker's remoting listener (brokers/remoting/server.py): round trips as
+real remoting frames, the peer token, RocketMQ's response codes for refusals, bad frames and slow peers
+that never take the server down, and 906's body (reference §5.3)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,21 @@ import pytest
 
 from brokers.config import BrokerConfig
 from brokers.control.peers import (
+    TOKEN_FIELD,
     HaInfo,
     PeerClient,
     PeerError,
     PeerRefused,
-    PeerServer,
     PeerTimeout,
     RequestCode,
     ResponseCode,
-    encode,
     ha_info,
     parse_ha_info,
+    peer_handlers,
 )
+from brokers.remoting.server import RemotingServer
+from mqrules.remoting.decoder import FrameDecoder
+from mqrules.remoting.frame import RemotingCommand, SerializeType, encode_frame
 from testkit.ports import free_port
 
 pytestmark = pytest.mark.unit
@@ -45,15 +49,18 @@ def run(scenario) -> None:
 
 
 class Peer:
-    """A server with a few handlers, and a record of the calls they got."""
+    """A listener with a few peer handlers, and a record of the calls they got."""
 
     def __init__(self, **server_kw):
-        self.server = PeerServer("127.0.0.1", free_port(), TOKEN, **server_kw)
+        self.server = RemotingServer("127.0.0.1", free_port(), **server_kw)
         self.calls: list[tuple[str, dict]] = []
-        self.server.handle(HA, self.exchange)
-        self.server.handle(RequestCode.GET_CONSUMER_META, self.fail)
-        self.server.handle(NOTIFY_MIN_BROKER_ID_CHANGE, self.refuse)
-        self.server.handle(1, self.slow)
+        handlers = {
+            HA: self.exchange,
+            RequestCode.GET_CONSUMER_META: self.fail,
+            NOTIFY_MIN_BROKER_ID_CHANGE: self.refuse,
+            1: self.slow,
+        }
+        self.server.handle_all(peer_handlers(TOKEN, handlers))
 
     @property
     def addr(self) -> str:
@@ -84,10 +91,11 @@ class Peer:
 
 
 class Raw:
-    """A hand-driven connection: frames as bytes, answers as dicts (or None once the server closed)."""
+    """A hand-driven connection: frames as bytes, answers as commands (or None once the server closed)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.reader, self.writer = reader, writer
+        self.decoder = FrameDecoder()
 
     @classmethod
     async def connect(cls, addr: str) -> Raw:
@@ -98,16 +106,20 @@ class Raw:
         self.writer.write(data)
         await self.writer.drain()
 
-    async def request(self, message: dict) -> dict | None:
-        await self.send(encode(message))
+    async def request(self, command: RemotingCommand) -> RemotingCommand | None:
+        await self.send(encode_frame(command))
         return await self.answer()
 
-    async def answer(self) -> dict | None:
-        try:
-            header = await asyncio.wait_for(self.reader.readexactly(4), 10)
-            return json.loads(await asyncio.wait_for(self.reader.readexactly(int.from_bytes(header, "big")), 10))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return None
+    async def answer(self) -> RemotingCommand | None:
+        while (command := self.decoder.next_command()) is None:
+            try:
+                data = await asyncio.wait_for(self.reader.read(65536), 10)
+            except ConnectionError:
+                return None
+            if not data:
+                return None
+            self.decoder.feed(data)
+        return command
 
     async def closed_by_server(self) -> bool:
         try:
@@ -119,8 +131,12 @@ class Raw:
         self.writer.close()
 
 
-def request(code: int = HA, token: str = TOKEN, seq: int = 7, body: dict | None = None) -> dict:
-    return {"code": int(code), "token": token, "seq": seq, "body": body if body is not None else {}}
+def request(code: int = HA, token: str = TOKEN, opaque: int = 7, body: bytes = b"{}", **kw) -> RemotingCommand:
+    return RemotingCommand(code=int(code), opaque=opaque, ext_fields={TOKEN_FIELD: token}, body=body, **kw)
+
+
+def body_of(command: RemotingCommand) -> dict:
+    return json.loads(command.body)
 
 
 # --- round trips and refusals ------------------------------------------------------------------------
@@ -136,12 +152,28 @@ def test_a_round_trip_returns_the_handlers_body():
     run(scenario())
 
 
-def test_the_server_takes_its_address_and_peer_token_from_the_broker_config():
+@pytest.mark.parametrize("serialization", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_a_request_is_a_remoting_frame_and_is_answered_in_its_serialization(serialization):
+    async def scenario():
+        async with Peer() as peer:
+            raw = await Raw.connect(peer.addr)
+            answer = await raw.request(request(opaque=41, serialize_type=serialization))
+            assert (answer.code, answer.opaque, answer.is_response, answer.serialize_type) == (0, 41, True, serialization)
+            assert body_of(answer)["masterFlushOffset"] == 4096
+            raw.close()
+
+    run(scenario())
+
+
+def test_the_token_comes_from_the_broker_config():
     config = BrokerConfig(brokerIP1="127.0.0.1", listenPort=free_port(), controlPlaneToken="rmq_cp", peerToken="")
 
+    async def ok(body):
+        return {"ok": True}
+
     async def scenario():
-        server = PeerServer.for_broker(config)
-        server.handle(HA, lambda body: asyncio.sleep(0, {"ok": True}))
+        server = RemotingServer(config.brokerIP1, config.listenPort)
+        server.handle_all(peer_handlers(config.peer_token, {HA: ok}))
         await server.start()
         try:
             assert await PeerClient("rmq_cp").call(config.broker_addr, HA) == {"ok": True}
@@ -158,7 +190,7 @@ def test_the_server_takes_its_address_and_peer_token_from_the_broker_config():
             HA, "rmq_wrong", ResponseCode.NO_PERMISSION, "wrong peer token", [], id="wrong token: 16, handler not called"
         ),
         pytest.param(HA, "", ResponseCode.NO_PERMISSION, "wrong peer token", [], id="empty token: 16"),
-        pytest.param(GET_BROKER_MEMBER_GROUP, TOKEN, 3, "request code 901 not supported", [], id="unknown code: 3"),
+        pytest.param(GET_BROKER_MEMBER_GROUP, TOKEN, 3, "request type 901 not supported", [], id="unknown code: 3"),
         pytest.param(
             RequestCode.GET_CONSUMER_META,
             TOKEN,
@@ -197,10 +229,10 @@ def test_after_a_handler_exception_the_connection_still_answers():
     async def scenario():
         async with Peer() as peer:
             raw = await Raw.connect(peer.addr)
-            failed = await raw.request(request(RequestCode.GET_CONSUMER_META, seq=1))
-            assert (failed["code"], failed["seq"]) == (ResponseCode.SYSTEM_ERROR, 1)
-            ok = await raw.request(request(HA, seq=2))
-            assert (ok["code"], ok["seq"], ok["body"]["masterFlushOffset"]) == (0, 2, 4096)
+            failed = await raw.request(request(RequestCode.GET_CONSUMER_META, opaque=1))
+            assert (failed.code, failed.opaque) == (ResponseCode.SYSTEM_ERROR, 1)
+            ok = await raw.request(request(HA, opaque=2))
+            assert (ok.code, ok.opaque, body_of(ok)["masterFlushOffset"]) == (0, 2, 4096)
             raw.close()
 
     run(scenario())
@@ -208,48 +240,47 @@ def test_after_a_handler_exception_the_connection_still_answers():
 
 # --- bad frames and slow peers -----------------------------------------------------------------------
 
-BAD_FRAMES = [
-    pytest.param(b"{not json", None, id="not JSON: 29, seq null"),
-    pytest.param(b"\xff\xfe", None, id="not UTF-8: 29"),
-    pytest.param(b"[1, 2]", None, id="not an object: 29"),
-    pytest.param(b"", None, id="empty: 29"),
-    pytest.param(json.dumps({"code": "906", "token": TOKEN, "seq": 5}).encode(), 5, id="code not an integer: 29 with the seq"),
-    pytest.param(json.dumps({"code": 906, "seq": 5}).encode(), 5, id="no token: 29 with the seq"),
-    pytest.param(json.dumps({"code": 906, "token": TOKEN, "seq": 5, "body": [1]}).encode(), 5, id="body not an object: 29"),
-    pytest.param(json.dumps({"code": 906, "token": TOKEN, "seq": True}).encode(), None, id="seq a boolean: 29"),
-    pytest.param(b'{"code": 906, "token": "t", "seq": 5, "body": {"x": NaN}}', None, id="NaN: 29"),
+BAD_BODIES = [
+    pytest.param(b"{not json", id="not JSON"),
+    pytest.param(b"\xff\xfe", id="not UTF-8"),
+    pytest.param(b"[1, 2]", id="not an object"),
+    pytest.param(b'{"x": NaN}', id="NaN"),
 ]
 
 
-@pytest.mark.parametrize("data, seq", BAD_FRAMES)
-def test_a_malformed_frame_is_answered_29_and_the_connection_stays_usable(data, seq):
+@pytest.mark.parametrize("body", BAD_BODIES)
+def test_a_malformed_body_is_answered_29_and_the_connection_stays_usable(body):
     async def scenario():
         async with Peer() as peer:
             raw = await Raw.connect(peer.addr)
-            await raw.send(len(data).to_bytes(4, "big") + data)
-            bad = await raw.answer()
-            assert (bad["code"], bad["seq"]) == (ResponseCode.INVALID_PARAMETER, seq), bad
-            assert bad["remark"].startswith("malformed frame")
-            ok = await raw.request(request(seq=8))
-            assert (ok["code"], ok["seq"]) == (0, 8)
+            bad = await raw.request(request(opaque=5, body=body))
+            assert (bad.code, bad.opaque) == (ResponseCode.INVALID_PARAMETER, 5)
+            assert bad.remark.startswith("malformed body")
+            ok = await raw.request(request(opaque=8, body=b""))  # no body: an empty object
+            assert (ok.code, ok.opaque) == (0, 8)
             assert peer.calls == [("exchange", {})]
             raw.close()
 
     run(scenario())
 
 
-def test_an_oversized_frame_is_answered_and_its_connection_closed_while_others_are_served():
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param((2**31 - 1).to_bytes(4, "big") + b"x" * 100, id="a length over the limit"),
+        pytest.param((20).to_bytes(4, "big") + b'{"code":906,"seq":1}', id="the old JSON peer frame"),
+        pytest.param((8).to_bytes(4, "big") + b"\x00\x00\x00\x09{}{}", id="a header longer than its frame"),
+    ],
+)
+def test_bytes_that_are_no_frame_close_that_connection_while_others_are_served(data):
     async def scenario():
-        async with Peer(max_frame_bytes=1024) as peer:
+        async with Peer(max_frame_length=1024) as peer:
             other = await Raw.connect(peer.addr)
             raw = await Raw.connect(peer.addr)
-            await raw.send((2**31).to_bytes(4, "big") + b"x" * 100)  # the body is never read
-            too_large = await raw.answer()
-            assert (too_large["code"], too_large["seq"]) == (ResponseCode.INVALID_PARAMETER, None)
-            assert "over the limit of 1024" in too_large["remark"]
+            await raw.send(data)
             assert await raw.closed_by_server()
-            big = await other.request(request(body={"pad": "y" * 2000}))  # over the limit too
-            assert big is not None and big["code"] == ResponseCode.INVALID_PARAMETER
+            answer = await other.request(request(opaque=3))
+            assert (answer.code, answer.opaque) == (0, 3)
             assert await PeerClient(TOKEN).call(peer.addr, HA) == ha_info("127.0.0.1:10912", 4096, "127.0.0.1:10911")
             other.close()
 
@@ -267,6 +298,20 @@ def test_the_client_times_out_and_the_server_keeps_serving():
     run(scenario())
 
 
+def test_a_slow_request_holds_up_no_other_request_of_its_connection():
+    async def scenario():
+        async with Peer() as peer:
+            raw = await Raw.connect(peer.addr)
+            await raw.send(encode_frame(request(1, opaque=1, body=b'{"sleep": 1}')))
+            fast = await raw.request(request(HA, opaque=2))
+            assert fast.opaque == 2  # answered first
+            slow = await raw.answer()
+            assert (slow.opaque, body_of(slow)) == (1, {"slept": 1})
+            raw.close()
+
+    run(scenario())
+
+
 def test_the_client_names_a_peer_nobody_listens_on_and_a_bad_address():
     async def scenario():
         with pytest.raises(PeerError, match="cannot connect") as e:
@@ -280,11 +325,10 @@ def test_the_client_names_a_peer_nobody_listens_on_and_a_bad_address():
 
 def test_the_server_closes_idle_and_stalled_connections():
     async def scenario():
-        async with Peer() as peer:
-            peer.server.idle_timeout_s = peer.server.body_timeout_s = 0.2
+        async with Peer(idle_timeout_s=0.2) as peer:
             idle = await Raw.connect(peer.addr)
             stalled = await Raw.connect(peer.addr)
-            await stalled.send((50).to_bytes(4, "big") + b'{"code"')  # half a frame, then nothing
+            await stalled.send(encode_frame(request())[:9])  # part of a frame, then nothing
             assert await idle.closed_by_server() and await stalled.closed_by_server()
             assert await PeerClient(TOKEN).call(peer.addr, HA)
 
@@ -295,7 +339,7 @@ def test_stop_closes_every_connection():
     async def scenario():
         peer = await Peer().__aenter__()
         raws = [await Raw.connect(peer.addr) for _ in range(3)]
-        assert (await raws[0].request(request()))["code"] == 0
+        assert (await raws[0].request(request())).code == 0
         await asyncio.sleep(0.05)
         assert peer.server.connections == 3
         await peer.server.stop()
@@ -309,13 +353,13 @@ def test_stop_closes_every_connection():
 
 
 def test_a_code_has_one_handler():
-    server = PeerServer("127.0.0.1", 0, TOKEN)
+    server = RemotingServer("127.0.0.1", 0)
 
-    async def one(body):
-        return {}
+    async def one(request, connection):
+        return None
 
-    async def other(body):
-        return {}
+    async def other(request, connection):
+        return None
 
     server.handle(HA, one)
     server.handle(HA, one)  # the same again: harmless

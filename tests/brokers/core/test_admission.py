@@ -42,11 +42,15 @@ TOPICS = {
     "ReadOnly": TopicConfig("ReadOnly", 4, 4, perm=4),
     "NoQueues": TopicConfig("NoQueues", 4, 0),
     "Static": TopicConfig("Static", 2, 2),
+    "%RETRY%g": TopicConfig("%RETRY%g", 1, 1),
+    "%DLQ%g": TopicConfig("%DLQ%g", 1, 1),
 }
 
 
-def settings(wheel: bool = True, use_levels: bool = False, max_delay_s: int = 86_400) -> SimpleNamespace:
-    return SimpleNamespace(timerWheelEnable=wheel, timerMaxDelaySec=max_delay_s, useDelayLevel=use_levels)
+def settings(wheel: bool = True, use_levels: bool = False, max_delay_s: int = 86_400, type_check: bool = True) -> SimpleNamespace:
+    return SimpleNamespace(
+        timerWheelEnable=wheel, timerMaxDelaySec=max_delay_s, useDelayLevel=use_levels, enableTopicMessageTypeCheck=type_check
+    )
 
 
 def rules(broker: str = A, **kw) -> SendRules:
@@ -92,6 +96,12 @@ CONFLICT = Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
             CONFLICT,
             "topic Plain is a NORMAL topic (message.type) and accepts NORMAL messages; this message is 99",
             id="unknown-type-number",
+        ),
+        pytest.param(
+            lambda: admit(chosen(msg(), 4)),
+            Code.BAD_REQUEST,
+            "queue 4 of Plain is not one of its 4 write queues",
+            id="a-client-chosen-queue-beyond-the-topics",
         ),
         pytest.param(
             lambda: admit(msg("Orders", mtype=FIFO, group="   ")),
@@ -195,6 +205,39 @@ def test_a_send_the_broker_refuses_gets_todays_code_and_message(send, code, deta
 )
 def test_an_admitted_message_is_stored_as_its_type_says(message, want):
     admission = admit(message)
+    assert admission.verdict is Verdict.STORE and admission.messages == (want,)
+
+
+def chosen(message: Outgoing, queue_id: int) -> Outgoing:
+    return message._replace(queue_id=queue_id)
+
+
+@pytest.mark.parametrize(
+    "message, kw, want",
+    [
+        pytest.param(chosen(msg(), 3), {}, Admitted("Plain", 3, {"UNIQ_KEY": "id-1"}), id="the-queue-a-remoting-client-chose"),
+        pytest.param(
+            msg("Plain", mtype=TRANSACTION),
+            {"type_check": False},
+            Admitted("Plain", 0, {"UNIQ_KEY": "id-1"}, half=True),
+            id="type-check-off",
+        ),
+        pytest.param(
+            msg("%RETRY%g", mtype=DELAY_TYPE, **{DELAY: "0"}),
+            {},
+            Admitted("%RETRY%g", 0, {"UNIQ_KEY": "id-1", DELAY: "0"}),
+            id="a-retry-topic-takes-any-type",
+        ),
+        pytest.param(
+            msg("%DLQ%g", mtype=TRANSACTION, **{TRANSACTION_ID: "t"}),
+            {},
+            Admitted("%DLQ%g", 0, {"UNIQ_KEY": "id-1", TRANSACTION_ID: "t"}),
+            id="a-dlq-takes-any-type",
+        ),
+    ],
+)
+def test_a_remoting_send_takes_its_queue_and_is_type_checked_as_the_proxy_does(message, kw, want):
+    admission = admit(message, **kw)
     assert admission.verdict is Verdict.STORE and admission.messages == (want,)
 
 
