@@ -38,23 +38,11 @@ from .metalog import MetaLog, MetaMode
 from .pop import now_ms
 from .store import codec
 from .store.store import MessageStore
-from .topics import TopicConfig, TopicConfigManager
+from .topics import TopicConfig, TopicConfigManager, queue_ids, reported_topic
 
 log = logging.getLogger("brokers.admin")
 
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # the broker's own topics (consumer metadata, timers): never reported
 OPERATOR_RESET = "operator_reset"  # the offset report's source: the offset audit never counts it
-
-
-def reported_topic(name: str) -> bool:
-    """Not the broker's own, and a name the control plane takes (a retry topic of a long group and
-    topic name may be longer): one row it refuses would refuse the whole report."""
-    return not name.lower().startswith(SYSTEM_TOPIC_PREFIX) and validation.is_name(name)
-
-
-def queue_ids(tc: TopicConfig) -> range:
-    """The queues a topic has on this broker (RocketMQ's resetOffset walks them all)."""
-    return range(max(tc.readQueueNums, tc.writeQueueNums))
 
 
 def problem_fields(problems: list[str]) -> dict[str, list[str]]:
@@ -309,7 +297,7 @@ class BrokerAdmin:
             queues.append(
                 {
                     "queueId": queue_id,
-                    "committedOffset": self._committed(group, topic, queue_id),
+                    "committedOffset": self.meta.consumed_below(group, topic, queue_id),
                     "newOffset": new,
                     "minOffset": first,
                     "maxOffset": end,
@@ -336,11 +324,3 @@ class BrokerAdmin:
         if not preview:
             self._report_now.set()
         return {"applied": not preview, "queues": queues}
-
-    def _committed(self, group: str, topic: str, queue_id: int) -> int | None:
-        """What the group consumes next on the queue (None: it never consumed it here): its pop
-        state's, which the offset table follows within a revive round."""
-        state = self.meta.pop.queues.get((group, topic, queue_id))
-        if state is not None:
-            return state.acked_below
-        return self.meta.offsets.get(group, topic, queue_id)

@@ -132,6 +132,14 @@ class ConsumerMeta:
     def data_version(self) -> DataVersion:
         return self.offsets.data_version
 
+    def consumed_below(self, group: str, topic: str, queue_id: int) -> int | None:
+        """What the group consumes next on the queue (None: it never consumed it here): its pop
+        state's, which the offset table follows within a revive round, else the offset table's."""
+        state = self.pop.queues.get((group, topic, queue_id))
+        if state is not None:
+            return state.acked_below
+        return self.offsets.get(group, topic, queue_id)
+
     # --- records a master writes ------------------------------------------------------------------
 
     def record(self, kind: str, **fields: object) -> dict:

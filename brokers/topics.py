@@ -9,12 +9,14 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from mqrules import validation
 from mqrules.topic_attributes import TopicMessageType, message_type_of, parse_attributes
 
 from .store.files import write_json_atomically
 from .store.offsets import DataVersion
 
 PERM_INHERIT, PERM_READ, PERM_WRITE = 1, 4, 2  # RocketMQ's PermName bits
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"  # the broker's own topics (consumer metadata, timers): never reported
 
 
 @dataclass(frozen=True)
@@ -116,3 +118,20 @@ def system_topics(cluster_name: str, broker_name: str) -> list[TopicConfig]:
         TopicConfig(cluster_name, 16, 16, 7, topicSysFlag=2),
         TopicConfig(broker_name, 1, 1, 7, topicSysFlag=1),
     ]
+
+
+def broker_own(name: str) -> bool:
+    """One of the broker's own topics (consumer metadata, timers): neither the status report nor
+    mqadmin's requests (brokers/remoting/admin.py) show them."""
+    return name.lower().startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def reported_topic(name: str) -> bool:
+    """Not the broker's own, and a name the control plane takes (a retry topic of a long group and
+    topic name may be longer): one row it refuses would refuse the whole report (brokers/admin.py)."""
+    return not broker_own(name) and validation.is_name(name)
+
+
+def queue_ids(tc: TopicConfig) -> range:
+    """The queues a topic has on this broker (RocketMQ's resetOffset and getTopicStatsInfo walk them all)."""
+    return range(max(tc.readQueueNums, tc.writeQueueNums))
