@@ -106,6 +106,36 @@ def election_preview(broker_name: str, broker_id: int | None) -> ElectionPreview
     return preview_election(state, live_view(state), broker_id, enable_unclean=current_config().enable_elect_unclean_master)
 
 
+def sync_state_data(broker_names: list[str]) -> dict[str, dict]:
+    """CONTROLLER_GET_SYNC_STATE_DATA (1006): ``BrokerReplicasInfo.replicasInfoTable`` of the named
+    sets the controller knows (unknown names absent, as ``ReplicasInfoManager.getSyncStateData``
+    skips them), each replica with whether its heartbeat is alive. Served by REST and remoting."""
+    out = {}
+    found = states(broker_names)
+    # One Redis round trip and one hearing view for every set asked for.
+    live_by_set = liveness.live_infos_many([(st.cluster_name, st.broker_name, st.replica_ids) for st in found])
+    for state in found:
+        live = live_by_set[state.broker_name]
+
+        def identity(r: ReplicaValue, state: SyncState = state, live: dict[int, LiveInfo] = live) -> dict:
+            return {
+                "brokerName": state.broker_name,
+                "brokerId": r.broker_id,
+                "brokerAddress": r.broker_address,
+                "alive": bool(live.get(r.broker_id) and live[r.broker_id].alive),
+            }
+
+        out[state.broker_name] = {
+            "masterBrokerId": state.master_broker_id,
+            "masterAddress": state.master_address,
+            "masterEpoch": state.master_epoch,
+            "syncStateSetEpoch": state.sync_state_set_epoch,
+            "inSyncReplicas": [identity(r) for r in state.replicas if r.broker_id in state.sync_state_set],
+            "notInSyncReplicas": [identity(r) for r in state.replicas if r.broker_id not in state.sync_state_set],
+        }
+    return out
+
+
 def metadata(host: str) -> dict:
     """CONTROLLER_GET_METADATA_INFO (1005) as this process answers it: Postgres is the consensus point,
     so every control-plane process is a leader (brokers may call any of them). ``host``: how the

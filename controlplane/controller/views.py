@@ -12,7 +12,7 @@ from controlplane.config_views import config_schema_view
 from controlplane.openapi import AUTH, BODY, errors
 from controlplane.validation_drf import name_parameter
 
-from . import api, config_store, liveness, responses, selectors
+from . import api, config_store, responses, selectors
 from .core.config import DEFAULTS as CONFIG_DEFAULTS
 from .core.config import SCHEMA as CONFIG_SCHEMA
 from .responses import refusals
@@ -198,29 +198,7 @@ class SyncStateDataView(APIView):
         s = SyncStateDataSerializer(data={"brokerNames": request.query_params.getlist("brokerName")})
         s.is_valid(raise_exception=True)
         caller_of(request).check(broker_sets=s.validated_data["brokerNames"])
-        out = {}
-        states = selectors.states(s.validated_data["brokerNames"])
-        # One Redis round trip and one hearing view for every set asked for.
-        live_by_set = liveness.live_infos_many([(st.cluster_name, st.broker_name, st.replica_ids) for st in states])
-        for state in states:
-            live = live_by_set[state.broker_name]
-
-            def identity(r, state=state, live=live):
-                return {
-                    "brokerName": state.broker_name,
-                    "brokerId": r.broker_id,
-                    "brokerAddress": r.broker_address,
-                    "alive": bool(live.get(r.broker_id) and live[r.broker_id].alive),
-                }
-
-            out[state.broker_name] = {
-                "masterBrokerId": state.master_broker_id,
-                "masterAddress": state.master_address,
-                "masterEpoch": state.master_epoch,
-                "syncStateSetEpoch": state.sync_state_set_epoch,
-                "inSyncReplicas": [identity(r) for r in state.replicas if r.broker_id in state.sync_state_set],
-                "notInSyncReplicas": [identity(r) for r in state.replicas if r.broker_id not in state.sync_state_set],
-            }
+        out = selectors.sync_state_data(s.validated_data["brokerNames"])
         return Response({"code": 0, "name": "SUCCESS", "brokerReplicasInfo": out})
 
 
