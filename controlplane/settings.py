@@ -63,6 +63,7 @@ INSTALLED_APPS = [
     "controlplane",
     "controlplane.controller",
     "nameserver",
+    "controlplane.operations",
     "dashboards",
 ]
 

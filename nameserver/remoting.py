@@ -4,8 +4,10 @@ same cache the REST routes use. Read-only: a remoting client cannot send our API
 
 Two parts: ``answer`` turns one request into its reply (synchronous, Django: it runs on a worker
 thread), and ``RemotingEndpoint`` is the asyncio TCP server that cuts frames, hands each request to a
-worker and writes the reply. Several processes can share one port (``reuse_port``: SO_REUSEPORT), as
-the web tier's workers do.
+worker and writes the reply. Its caller may add handlers for codes the nameserver does not own:
+``manage.py serve_remoting`` (controlplane/operations) adds the embedded controller's reads, 1005 and
+1006, so this app never imports the controller (the siblings contract). Several processes can share
+one port (``reuse_port``: SO_REUSEPORT), as the web tier's workers do.
 
 Bad input never gets further than its own connection: bytes that are no frame, or a frame longer than
 the limit, close that connection (as Java's ``NettyDecoder`` does); a header without a required field
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -44,13 +47,22 @@ _ECHO = 255  # at most this much of a client's text is echoed in a remark
 # --- one request, one reply --------------------------------------------------------------------------
 
 
-def answer(request: RemotingCommand) -> RemotingCommand:
+# A request handler the endpoint's caller adds (synchronous: it runs on a worker thread, like ``answer``).
+Handler = Callable[[RemotingCommand], RemotingCommand]
+
+
+def answer(request: RemotingCommand, handlers: Mapping[int, Handler] | None = None) -> RemotingCommand:
     """The reply to one request. Never raises: a failure inside becomes SYSTEM_ERROR with a remark, as
     Java's ``NettyRemotingAbstract`` answers an exception. Database connections are handled as Django
-    handles them around an HTTP request."""
+    handles them around an HTTP request. ``handlers``: codes the caller serves besides the nameserver's
+    own (the embedded controller's reads, handed in by ``manage.py serve_remoting``; this app never
+    imports the controller)."""
     close_old_connections()
     try:
-        return _answer(request)
+        handler = (handlers or {}).get(request.code)
+        if handler is not None:
+            return handler(request)
+        return _answer(request, frozenset(handlers or ()))
     except HeaderFieldError as exc:  # Java: "the custom field <topic> is null", SYSTEM_ERROR
         return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
     except Exception as exc:
@@ -60,8 +72,8 @@ def answer(request: RemotingCommand) -> RemotingCommand:
         close_old_connections()
 
 
-def _answer(request: RemotingCommand) -> RemotingCommand:
-    verdict = decide(request.code)
+def _answer(request: RemotingCommand, served_by_caller: frozenset[int]) -> RemotingCommand:
+    verdict = decide(request.code, served_by_caller)
     if verdict.disposition is not Disposition.SERVE:
         assert verdict.code is not None
         return request.response(verdict.code, verdict.remark)
@@ -101,8 +113,10 @@ class RemotingEndpoint:
     """One listening socket, one worker pool. ``start`` binds, ``stop`` closes the socket, every open
     connection and the pool. Each connection reads, decodes and answers its requests in order."""
 
-    def __init__(self, config: EndpointConfig):
+    def __init__(self, config: EndpointConfig, handlers: Mapping[int, Handler] | None = None):
+        """``handlers``: request codes the caller serves besides the nameserver's (see ``answer``)."""
         self.config = config
+        self.handlers = dict(handlers or {})
         self._server: asyncio.Server | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._connections: set[asyncio.Task] = set()
@@ -165,14 +179,14 @@ class RemotingEndpoint:
                     continue  # the nameserver asks its clients nothing
                 if request.is_oneway:
                     continue  # reads only: a oneway read changes nothing and wants no reply
-                reply = await loop.run_in_executor(self._executor, answer, request)
+                reply = await loop.run_in_executor(self._executor, answer, request, self.handlers)
                 writer.write(encode_frame(reply))
                 await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT_S)
 
 
-async def serve_until(config: EndpointConfig, stop: asyncio.Event) -> None:
+async def serve_until(config: EndpointConfig, stop: asyncio.Event, handlers: Mapping[int, Handler] | None = None) -> None:
     """Serve until ``stop`` is set (the management command's signal handlers set it)."""
-    endpoint = RemotingEndpoint(config)
+    endpoint = RemotingEndpoint(config, handlers)
     await endpoint.start()
     log.info("nameserver remoting endpoint on %s:%s", config.host, endpoint.port)
     try:

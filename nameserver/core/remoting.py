@@ -57,8 +57,10 @@ class Verdict:
     remark: str | None = None
 
 
-def decide(request_code: int) -> Verdict:
-    if request_code in SERVED:
+def decide(request_code: int, served_by_caller: frozenset[int] = frozenset()) -> Verdict:
+    """``served_by_caller``: the codes the endpoint's caller handles (the embedded controller's,
+    controlplane/controller/remoting.py); they are served, and named in the unsupported remark."""
+    if request_code in SERVED or request_code in served_by_caller:
         return Verdict(Disposition.SERVE)
     if request_code in WRITES:
         name, rest = WRITES[request_code]
@@ -68,5 +70,6 @@ def decide(request_code: int) -> Verdict:
     return Verdict(
         Disposition.UNSUPPORTED,
         ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-        f"request code {request_code} is not supported by this nameserver (served: {', '.join(map(str, sorted(SERVED)))})",
+        f"request code {request_code} is not supported by this nameserver "
+        f"(served: {', '.join(map(str, sorted(SERVED | served_by_caller)))})",
     )

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +22,7 @@ from mqrules.remoting.codes import RequestCode, ResponseCode
 from mqrules.remoting.decoder import FrameDecoder
 from mqrules.remoting.frame import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, encode_frame
 from nameserver.models import BrokerGroup, BrokerMember, TopicQueue
-from nameserver.remoting import EndpointConfig, RemotingEndpoint
+from nameserver.remoting import EndpointConfig, Handler, RemotingEndpoint
 from testkit.controlplane import remoting_argv
 from testkit.ports import free_port
 
@@ -35,13 +35,14 @@ MAX_FRAME = 64 * 1024  # small, so a too-long frame is cheap to announce
 
 
 class Served:
-    """A ``RemotingEndpoint`` on its own event loop thread, on a free 127.0.0.1 port."""
+    """A ``RemotingEndpoint`` on its own event loop thread, on a free 127.0.0.1 port (``handlers``: the
+    caller's, as ``serve_remoting`` hands it the controller's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, handlers: Mapping[int, Handler] | None = None) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="ns-remoting-test", daemon=True)
         self.thread.start()
-        self.endpoint = RemotingEndpoint(EndpointConfig(port=0, max_frame_length=MAX_FRAME, workers=2))
+        self.endpoint = RemotingEndpoint(EndpointConfig(port=0, max_frame_length=MAX_FRAME, workers=2), handlers)
         asyncio.run_coroutine_threadsafe(self.endpoint.start(), self.loop).result(10)
         self.port = self.endpoint.port
 
