@@ -431,8 +431,7 @@ class ConsumeService:
 
     async def first_offset(self, topic: str, queue_id: int, end: int) -> int:
         """The queue's min offset: its first message's (``end``, its max offset, if it has none)."""
-        msgs = await self.store.get_messages(topic, queue_id, 0, 1)  # holes (size 0) are skipped
-        return msgs[0].queue_offset if msgs else end
+        return await self.store.first_queue_offset(topic, queue_id) if end else end
 
     # --- revive -----------------------------------------------------------------------------------
 

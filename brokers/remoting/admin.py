@@ -45,7 +45,6 @@ from mqrules.remoting.headers import (
     GET_ALL_TOPIC_CONFIG_RESPONSE,
     GET_CONSUME_STATS_REQUEST,
     GET_TOPIC_STATS_INFO_REQUEST,
-    HeaderFieldError,
     HeaderTable,
     HeaderValue,
     encode_header,
@@ -58,7 +57,7 @@ from ..pop import now_ms
 from ..store.store import MessageStore
 from ..topics import TopicConfig, TopicConfigManager, broker_own, queue_ids
 
-Handler = Callable[[RemotingCommand], Awaitable[RemotingCommand]]
+Handler = Callable[[RemotingCommand, object], Awaitable[RemotingCommand]]
 
 # MQVersion.getVersionDesc(CURRENT_VERSION) of the RocketMQ release whose protocol these answers follow.
 VERSION_DESC = "V5_3_3"
@@ -158,26 +157,16 @@ class AdminRequests:
 
     def handlers(self) -> dict[int, Handler]:
         return {
-            RequestCode.GET_BROKER_RUNTIME_INFO: self._guarded(self.broker_runtime_info),
-            RequestCode.GET_TOPIC_STATS_INFO: self._guarded(self.topic_stats_info),
-            RequestCode.GET_CONSUME_STATS: self._guarded(self.consume_stats),
-            RequestCode.GET_ALL_TOPIC_CONFIG: self._guarded(self.all_topic_config),
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self._guarded(self.all_subscription_groups),
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.broker_runtime_info,
+            RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats_info,
+            RequestCode.GET_CONSUME_STATS: self.consume_stats,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_subscription_groups,
         }
-
-    @staticmethod
-    def _guarded(handler: Handler) -> Handler:
-        async def answer(request: RemotingCommand) -> RemotingCommand:
-            try:
-                return await handler(request)
-            except HeaderFieldError as exc:  # Java: "the custom field <x> is null", SYSTEM_ERROR
-                return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
-
-        return answer
 
     # --- 28 -------------------------------------------------------------------------------------------
 
-    async def broker_runtime_info(self, request: RemotingCommand) -> RemotingCommand:
+    async def broker_runtime_info(self, request: RemotingCommand, connection: object = None) -> RemotingCommand:
         return request.response(ResponseCode.SUCCESS, body=body({"table": self.runtime_table()}))
 
     def runtime_table(self) -> dict[str, str]:
@@ -206,7 +195,7 @@ class AdminRequests:
 
     # --- 202 ------------------------------------------------------------------------------------------
 
-    async def topic_stats_info(self, request: RemotingCommand) -> RemotingCommand:
+    async def topic_stats_info(self, request: RemotingCommand, connection: object = None) -> RemotingCommand:
         topic = str(parse_header(GET_TOPIC_STATS_INFO_REQUEST, request.ext_fields)["topic"])
         tc = self._topic(topic)
         if tc is None:
@@ -214,7 +203,7 @@ class AdminRequests:
         offsets = {}
         for queue_id in queue_ids(tc):
             end = self.store.max_queue_offset(topic, queue_id)
-            first = await self._first_offset(topic, queue_id, end)
+            first = await self.store.first_queue_offset(topic, queue_id) if end else 0
             offsets[message_queue_key(topic, self.config.brokerName, queue_id)] = {
                 "lastUpdateTimestamp": await self._store_timestamp(topic, queue_id, end - 1),
                 "maxOffset": end,
@@ -224,7 +213,7 @@ class AdminRequests:
 
     # --- 208 ------------------------------------------------------------------------------------------
 
-    async def consume_stats(self, request: RemotingCommand) -> RemotingCommand:
+    async def consume_stats(self, request: RemotingCommand, connection: object = None) -> RemotingCommand:
         header = parse_header(GET_CONSUME_STATS_REQUEST, request.ext_fields)
         group = str(header["consumerGroup"])
         listed = [t for t in str(header["topicList"] or "").split(TOPIC_LIST_SEPARATOR) if t.strip()]
@@ -264,7 +253,7 @@ class AdminRequests:
 
     # --- 21 and 201 -----------------------------------------------------------------------------------
 
-    async def all_topic_config(self, request: RemotingCommand) -> RemotingCommand:
+    async def all_topic_config(self, request: RemotingCommand, connection: object = None) -> RemotingCommand:
         _header(request, GET_ALL_TOPIC_CONFIG_REQUEST)  # checked; everything is answered at once (no enableSplitMetadata)
         table = {name: topic_config_json(tc) for name, tc in sorted(self.topics.topics.items()) if not broker_own(name)}
         wrapper = {
@@ -278,7 +267,7 @@ class AdminRequests:
         header = encode_header({"totalTopicNum": len(table)}, GET_ALL_TOPIC_CONFIG_RESPONSE)
         return request.response(ResponseCode.SUCCESS, ext_fields=header, body=body(wrapper))
 
-    async def all_subscription_groups(self, request: RemotingCommand) -> RemotingCommand:
+    async def all_subscription_groups(self, request: RemotingCommand, connection: object = None) -> RemotingCommand:
         _header(request, GET_ALL_SUBSCRIPTION_GROUP_REQUEST)
         table = {group: {**_GROUP_DEFAULTS, "groupName": group} for group in sorted(self.meta.groups)}
         wrapper = {"dataVersion": dv_wire(self.meta.data_version), "forbiddenTable": {}, "subscriptionGroupTable": table}
@@ -289,14 +278,6 @@ class AdminRequests:
 
     def _topic(self, name: str) -> TopicConfig | None:
         return None if broker_own(name) else self.topics.topics.get(name)
-
-    async def _first_offset(self, topic: str, queue_id: int, end: int) -> int:
-        """The queue's min offset: its first message's, ``end`` when it has none (brokers/consuming.py's
-        ``first_offset``, which the status report uses; holes are skipped by the store)."""
-        if end == 0:
-            return 0
-        messages = await self.store.get_messages(topic, queue_id, 0, 1)
-        return messages[0].queue_offset if messages else end
 
     async def _store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         """``getMessageStoreTimeStamp``: when the message at ``offset`` was stored; 0 when there is none."""

@@ -5,7 +5,8 @@ root (brokers/broker.py) builds it with the services and the ports below and reg
 on the broker's remoting listener (server.py), beside the peer channel's.
 
 Handlers, by area: sending.py (10, 310, 320), consumer.py (11, 14, 15, 29-33, 36), clients.py (34, 35,
-38, 203, and the broker's 39 and 40 to clients), locks.py (41, 42), and END_TRANSACTION (37) here.
+38, 203, and the broker's 39 and 40 to clients), locks.py (41, 42), admin.py (mqadmin's and the
+dashboard's reads: 21, 28, 201, 202, 208), and END_TRANSACTION (37) here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..store.message import Message, decode
 from ..store.store import MessageStore
 from ..topics import TopicConfigManager
 from ..transaction import Transactions, TxnNotStored
+from .admin import AdminRequests
 from .clients import ClientRegistry
 from .consumer import ConsumerHandler
 from .locks import AskReplicas, LockHandler, RebalanceLocks
@@ -41,11 +43,13 @@ _RESOLUTIONS = {COMMIT: Resolution.COMMIT, ROLLBACK: Resolution.ROLLBACK}
 class RemotingPorts:
     """What the edge needs of the rest of the broker: ``writer()`` (the set's master: it stores),
     ``serving()`` (the master, or a slave acting for a dead one: its offsets count), and
-    ``ask_replicas(code, body)`` (the lock quorum: the set's other live replicas' answers)."""
+    ``ask_replicas(code, body)`` (the lock quorum: the set's other live replicas' answers),
+    ``runtime()`` (brokers/remoting/admin.py)."""
 
     writer: Callable[[], bool]
     serving: Callable[[], bool]
     ask_replicas: AskReplicas
+    runtime: Callable[[], dict[str, str]] = dict  # GET_BROKER_RUNTIME_INFO's values the root knows
 
 
 class RemotingEndpoint:
@@ -78,6 +82,7 @@ class RemotingEndpoint:
                 quorum=lambda: config.totalReplicas // 2 + 1,
             ).handlers(),
             RequestCode.END_TRANSACTION: self.end_transaction,
+            **AdminRequests(config, store, topics, consuming.meta, ports.runtime).handlers(),
         }
 
     def handlers(self) -> dict[int, Handler]:

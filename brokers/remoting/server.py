@@ -205,7 +205,7 @@ class RemotingServer:
         if reply is not None and not request.is_oneway:
             await connection.send(reply)
 
-    async def reply(self, request: RemotingCommand, connection: Connection) -> RemotingCommand | None:
+    async def reply(self, request: RemotingCommand, connection: Connection | None) -> RemotingCommand | None:
         """The reply to one request (never raises but for cancellation)."""
         handler = self._handlers.get(request.code)
         if handler is None:
@@ -219,5 +219,5 @@ class RemotingServer:
         except HeaderFieldError as exc:
             return request.response(ResponseCode.SYSTEM_ERROR, str(exc))
         except Exception as exc:
-            log.exception("remoting request %d from %s failed", request.code, connection.remote)
+            log.exception("remoting request %d from %s failed", request.code, connection.remote if connection else "-")
             return request.response(ResponseCode.SYSTEM_ERROR, f"internal error: {type(exc).__name__}: {exc}"[:512])

@@ -765,6 +765,12 @@ class MessageStore:
             return None
         return raw if isinstance(record, Message) and record.physical_offset == physical_offset else None
 
+    async def first_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's min offset: its first message's (holes are skipped), its max offset when it has
+        none."""
+        msgs = await self.get_messages(topic, queue_id, 0, 1)
+        return msgs[0].queue_offset if msgs else self.max_queue_offset(topic, queue_id)
+
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset consumers can read (published entries)."""
         cq = self.consume_queues.queues.get((topic, queue_id))

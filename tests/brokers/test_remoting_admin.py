@@ -14,6 +14,7 @@ import pytest
 from brokers.config import from_mapping
 from brokers.meta import META_TOPIC, ConsumerMeta
 from brokers.remoting.admin import AdminRequests, message_queue_key
+from brokers.remoting.server import RemotingServer
 from brokers.store.message import Message
 from brokers.store.store import MessageStore, StoreConfig
 from brokers.topics import TopicConfig, TopicConfigManager, system_topics
@@ -125,11 +126,12 @@ def broker(tmp_path):
     meta.pop.pop(POPPER, TOPIC, 0, [0, 1], [1, 1], 60_000)
     meta.pop.finish(POPPER, TOPIC, 0, [0])
     admin = AdminRequests(broker_config(root), store, topics, meta, lambda: dict(extra))
-    handlers = admin.handlers()
+    server = RemotingServer("127.0.0.1", 0)  # answers as the broker's listener does (a missing field too)
+    server.handle_all(admin.handlers())
 
     class Broker:
         def ask(self, req: RemotingCommand) -> tuple[RemotingCommand, object]:
-            reply = loop.run_until_complete(handlers[req.code](req))
+            reply = loop.run_until_complete(server.reply(req, None))
             reply = decode_frame(encode_frame(reply)[4:])  # what the client reads
             assert reply.is_response and reply.opaque == req.opaque
             return reply, json.loads(reply.body) if reply.body else None
@@ -140,7 +142,7 @@ def broker(tmp_path):
             return msg.store_timestamp
 
     b = Broker()
-    b.store, b.topics, b.meta, b.extra, b.handlers = store, topics, meta, extra, handlers
+    b.store, b.topics, b.meta, b.extra, b.handlers = store, topics, meta, extra, admin.handlers()
     try:
         yield b
     finally:
