@@ -483,7 +483,9 @@ class ConsumeService:
         props = {**m.properties, "RECONSUME_TIME": str(attempt), "ORIGIN_TOPIC": origin}
         target = dlq_topic(group) if dead else retry_topic(group, origin)
         self.ensure_topic(target)
-        result = await self.store.put_message(Message(target, 0, m.body, props, born_timestamp=m.born_timestamp))
+        result = await self.store.put_message(
+            Message(target, 0, m.body, props, m.flag, m.sys_flag, born_timestamp=m.born_timestamp)
+        )
         if result.status is not PutMessageStatus.PUT_OK:
             log.warning("moving %s/%d@%d into %s failed: %s", topic, queue_id, offset, target, result.status)
             return False

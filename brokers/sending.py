@@ -76,6 +76,7 @@ class SendService:
                 out.body,
                 a.properties,
                 out.flag,
+                out.sys_flag,
                 born_timestamp=out.born_ms,
                 reconsume_times=out.reconsume_times,
             )

@@ -68,6 +68,7 @@ def into_wheel(msg: Message, due_ms: int) -> Message:
         msg.body,
         props,
         flag=msg.flag,
+        sys_flag=msg.sys_flag,
         born_timestamp=msg.born_timestamp,
         reconsume_times=msg.reconsume_times,
     )
@@ -94,6 +95,7 @@ def out_of_wheel(stored: Message, enqueued_ms: int, now: int) -> Message:
         stored.body,
         props,
         flag=stored.flag,
+        sys_flag=stored.sys_flag,
         born_timestamp=stored.born_timestamp,
         reconsume_times=stored.reconsume_times,
     )

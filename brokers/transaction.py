@@ -95,14 +95,14 @@ def into_half(msg: Message, transaction_id: str) -> Message:
     # A remoting producer names its group (PGROUP), which its checks go to; a gRPC one has none: its
     # topic stands for it (brokers/grpc/producers.py keeps its streams by topic).
     props[TRAN_MSG], props[PGROUP], props[TRANSACTION_ID] = "true", props.get(PGROUP) or msg.topic, transaction_id
-    return Message(HALF_TOPIC, 0, msg.body, props, flag=msg.flag, born_timestamp=msg.born_timestamp)
+    return Message(HALF_TOPIC, 0, msg.body, props, flag=msg.flag, sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp)
 
 
 def committed(half: Message) -> Message:
     """The message a COMMIT writes to its topic (its id, body, properties and born time kept)."""
     props = {k: v for k, v in half.properties.items() if k not in TXN_KEYS}
     topic, qid = half.properties[REAL_TOPIC], int(half.properties[REAL_QID])
-    return Message(topic, qid, half.body, props, flag=half.flag, born_timestamp=half.born_timestamp)
+    return Message(topic, qid, half.body, props, flag=half.flag, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp)
 
 
 def escaped_commit(half: Message) -> Message:
@@ -114,7 +114,15 @@ def escaped_commit(half: Message) -> Message:
 
 
 def discarded(half: Message) -> Message:
-    return Message(DISCARD_TOPIC, 0, half.body, dict(half.properties), flag=half.flag, born_timestamp=half.born_timestamp)
+    return Message(
+        DISCARD_TOPIC,
+        0,
+        half.body,
+        dict(half.properties),
+        flag=half.flag,
+        sys_flag=half.sys_flag,
+        born_timestamp=half.born_timestamp,
+    )
 
 
 def checked_copy(half: Message, times: int | None = None) -> Message:
@@ -122,7 +130,7 @@ def checked_copy(half: Message, times: int | None = None) -> Message:
     (by default the half message's count + 1)."""
     props = dict(half.properties)
     props[CHECK_TIMES] = str(check_times(half) + 1 if times is None else times)
-    return Message(HALF_TOPIC, 0, half.body, props, flag=half.flag, born_timestamp=half.born_timestamp)
+    return Message(HALF_TOPIC, 0, half.body, props, flag=half.flag, sys_flag=half.sys_flag, born_timestamp=half.born_timestamp)
 
 
 def check_times(half: Message) -> int:

@@ -104,11 +104,12 @@ class Outgoing(NamedTuple):
     properties: dict[str, str]
     born_ms: int
     # What a remoting client's send header carries besides (brokers/remoting/sending.py): the queue
-    # the client chose (None: the broker picks, as for gRPC sends), the message's flag, and how many
-    # times it was consumed before (a retry's).
+    # the client chose (None: the broker picks, as for gRPC sends), the message's flag, how many times
+    # it was consumed before (a retry's), and its sysFlag bits that describe the body (compressed).
     queue_id: int | None = None
     flag: int = 0
     reconsume_times: int = 0
+    sys_flag: int = 0
 
 
 class Admitted(NamedTuple):

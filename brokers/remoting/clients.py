@@ -44,8 +44,28 @@ CLIENT_EXPIRY_S = 120.0
 RETRY_PREFIX = "%RETRY%"
 
 
+# The C++ client writes these enums as their ordinals, Java and ali-ons by name.
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
+MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM = (
+    "CONSUME_FROM_LAST_OFFSET",
+    "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET",
+    "CONSUME_FROM_MAX_OFFSET",
+    "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+)
+
+
 class BadHeartbeat(ValueError):
     pass
+
+
+def enum_name(value: object, names: tuple[str, ...], default: str) -> str:
+    """An enum field of a heartbeat, by name (an ordinal, as the C++ client sends it, named)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return names[value] if 0 <= value < len(names) else default
+    return value if isinstance(value, str) and value else default
 
 
 @dataclass(frozen=True)
@@ -90,7 +110,9 @@ def parse_subscriptions(raw: object) -> dict[str, Subscription]:
         if not isinstance(item, dict):
             raise BadHeartbeat("a subscription must be an object")
         topic = _text(item.get("topic"), "a subscription's topic")
-        version = item.get("subVersion", 0)
+        version = item.get("subVersion", 0)  # a number (Java, ali-ons) or its text (the C++ client)
+        if isinstance(version, str) and version.lstrip("-").isdigit():
+            version = int(version)
         out[topic] = Subscription(
             topic,
             str(item.get("subString") or "*"),
@@ -154,9 +176,9 @@ class ClientRegistry:
                 client_id,
                 connection,
                 subscriptions,
-                str(raw.get("consumeType") or "CONSUME_PASSIVELY"),
-                str(raw.get("messageModel") or "CLUSTERING"),
-                str(raw.get("consumeFromWhere") or "CONSUME_FROM_LAST_OFFSET"),
+                enum_name(raw.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY"),
+                enum_name(raw.get("messageModel"), MESSAGE_MODELS, "CLUSTERING"),
+                enum_name(raw.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET"),
                 now,
             )
         for group in changed:

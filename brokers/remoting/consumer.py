@@ -136,7 +136,7 @@ class ConsumerHandler:
         if tag_matcher(expression, kind.upper() == "SQL92") is None:
             return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "SQL92 filtering is not served by this broker")
         codes = tag_codes(expression)
-        if flags & FLAG_COMMIT_OFFSET and self.serving():
+        if flags & FLAG_COMMIT_OFFSET and int(h["commitOffset"]) >= 0 and self.serving():  # type: ignore[arg-type]
             try:
                 await self.consuming.commit_offset(group, topic, queue_id, int(h["commitOffset"]))  # type: ignore[arg-type]
             except NotStored:
@@ -211,8 +211,8 @@ class ConsumerHandler:
         offset = int(h["commitOffset"])  # type: ignore[arg-type]
         if (problem := self._queue_problem(request, topic, queue_id, read=False)) is not None:
             return problem
-        if offset < 0:
-            return request.response(ResponseCode.INVALID_PARAMETER, f"commitOffset {offset} is negative")
+        if offset < 0:  # a queue the client never consumed (ali-ons commits -1 for it): nothing to keep
+            return request.response(ResponseCode.SUCCESS)
         if not self.serving():  # the master's (or the acting slave's) records carry the offsets
             return request.response(ResponseCode.SYSTEM_ERROR, "this broker is a slave: commit offsets to the master")
         try:
@@ -291,7 +291,7 @@ class ConsumerHandler:
             target, kind = RETRY_PREFIX + group, MessageType.DELAY
             props[DELAY] = str(level if level > 0 else FIRST_RETRY_LEVEL + times)
         self.consuming.ensure_topic(target)
-        out = Outgoing(target, found.body, kind, "", None, props, found.born_timestamp, 0, found.flag, times + 1)
+        out = Outgoing(target, found.body, kind, "", None, props, found.born_timestamp, 0, found.flag, times + 1, found.sys_flag)
         admission = self.sending.admit([out], may_forward=False)
         if admission.verdict is not Verdict.STORE:
             detail = admission.status.message if admission.status is not None else admission.verdict.value

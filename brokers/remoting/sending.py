@@ -56,6 +56,8 @@ UNIQ_KEY = "UNIQ_KEY"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"  # MessageConst.PROPERTY_TIMER_DELAY_SEC: a delivery this long after the send
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
 RETRY_PREFIX = "%RETRY%"
+# MessageSysFlag bits that describe the body, kept with it: compressed (and by what), multiple tags.
+BODY_FLAGS = 0x1 | 0x2 | 0x700
 DECIDE_WAIT_S = 3.0  # a static queue's move decision, waited for once (as the gRPC edge waits)
 
 # A core refusal in remoting terms (Java's SendMessageProcessor answers these codes for the same checks).
@@ -173,8 +175,10 @@ class SendingHandler:
                 return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         else:
             parts = [(request.body, int(h["flag"]), batch_props)]  # type: ignore[arg-type]
-        born = int(h["bornTimestamp"])  # type: ignore[arg-type]
-        messages = [self._outgoing(topic, data, flag, props, born, queue_id, reconsumed) for data, flag, props in parts]
+        born, body_flags = int(h["bornTimestamp"]), int(h["sysFlag"]) & BODY_FLAGS  # type: ignore[arg-type]
+        messages = [
+            self._outgoing(topic, data, flag, props, born, queue_id, reconsumed, body_flags) for data, flag, props in parts
+        ]
         return await self._admit(request, messages)
 
     def _retry_target(self, topic: str, reconsumed: int, max_times: object) -> str:
@@ -187,12 +191,14 @@ class SendingHandler:
         return target
 
     def _outgoing(
-        self, topic: str, body: bytes, flag: int, props: dict[str, str], born: int, queue_id: int, reconsumed: int
+        self, topic: str, body: bytes, flag: int, props: dict[str, str], born: int, queue_id: int, reconsumed: int, sys_flag: int
     ) -> Outgoing:
         if UNIQ_KEY not in props:  # (every client sets one; the broker's own id for one that did not)
             props = {**props, UNIQ_KEY: uuid.uuid4().hex.upper()}
         kind, group, deliver_ms = message_type(props)
-        return Outgoing(topic, body, kind, group, deliver_ms, props, born, None if group else queue_id, flag, reconsumed)
+        return Outgoing(
+            topic, body, kind, group, deliver_ms, props, born, None if group else queue_id, flag, reconsumed, sys_flag
+        )
 
     async def _admit(self, request: RemotingCommand, messages: list[Outgoing], waited: bool = False) -> RemotingCommand:
         admission = self.sending.admit(messages, waited=waited)

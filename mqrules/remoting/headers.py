@@ -105,10 +105,8 @@ def _parse_value(type_: FieldType, raw: str) -> HeaderValue:
     if type_ is FieldType.STRING:
         return raw
     if type_ is FieldType.BOOL:
-        lowered = raw.lower()  # Boolean.parseBoolean ignores case (and reads anything else as false)
-        if lowered not in ("true", "false"):
-            raise ValueError(f"{raw!r:.40} is not a boolean (true or false)")
-        return lowered == "true"
+        # Boolean.parseBoolean: "true" in any case, anything else false (the C++ client sends "0"/"1")
+        return raw.lower() == "true"
     limit = INT_MAX if type_ is FieldType.INT else LONG_MAX
     digits = raw.lstrip("+-").lstrip("0")  # Java reads leading zeros; more than 19 digits fit no long
     if not _INTEGER.fullmatch(raw) or len(digits) > 19 or not -limit - 1 <= int(raw) <= limit:
