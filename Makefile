@@ -43,8 +43,9 @@ $(STAMP): pyproject.toml brokers/store/_codec.c
 	@touch $(STAMP)
 
 # System pieces pip cannot install (controlplane/doctor.py): listed, installed when possible (Debian's
-# chromium, as root; the Node.js client with npm ci into clients/nodejs), or the run stops at once with
-# one line saying what to install.
+# chromium, as root; the Node.js clients with npm ci into clients/nodejs and clients/remoting-node; the
+# C++ remoting client with pip into its own virtualenv, clients/remoting-py/.venv), or the run stops at
+# once with one line saying what to install.
 doctor: venv
 	$(PY) -m controlplane.doctor --for test
 
@@ -75,13 +76,16 @@ lint: venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 
-# Caches and build leftovers only: the demo database and secrets in .data/ and the installed Node.js
-# client survive.
+# Caches and build leftovers only: the demo database and secrets in .data/ and the installed test
+# clients survive.
 clean:
-	find . \( -path ./$(VENV) -o -path ./clients/nodejs/node_modules \) -prune -o -type d -name __pycache__ -print0 | xargs -0r rm -rf
+	find . \( -path ./$(VENV) -o -path ./clients/nodejs/node_modules -o -path ./clients/remoting-node/node_modules \
+		-o -path ./clients/remoting-py/.venv \) -prune -o -type d -name __pycache__ -print0 | xargs -0r rm -rf
 	rm -rf .pytest_cache .ruff_cache test-artifacts build *.egg-info
 
 # Everything generated, including the virtualenv, .data/ (embedded database, logs, passwords) and the
-# Node.js client that make doctor installs (clients/nodejs/node_modules).
+# test clients that make doctor installs (clients/nodejs/node_modules, clients/remoting-node/node_modules,
+# clients/remoting-py/.venv).
 distclean: clean
-	rm -rf $(VENV) .data brokers/store/_codec.*.so clients/nodejs/node_modules
+	rm -rf $(VENV) .data brokers/store/_codec.*.so clients/nodejs/node_modules clients/remoting-node/node_modules \
+		clients/remoting-py/.venv

@@ -4,8 +4,10 @@
 
 Python packages come from pyproject.toml (``make venv``); this covers the system pieces that pip cannot
 install. With ``--for test`` (what ``make test`` runs) Debian's ``chromium`` package is installed when it
-is missing and this process may (root, ``apt-get``), and the official Node.js client is installed into
-``clients/nodejs/node_modules`` with ``npm ci`` from the committed package-lock.json; otherwise the run
+is missing and this process may (root, ``apt-get``); the official Node.js client and the remoting
+client ali-ons are installed into ``clients/nodejs/node_modules`` and ``clients/remoting-node/node_modules``
+with ``npm ci`` from their committed package-lock.json; the C++ remoting client (PyPI ``rocketmq``) into a
+virtualenv of its own, ``clients/remoting-py/.venv``, from its pinned requirements.txt. Otherwise the run
 stops at once with one line that says what to install. ``--check`` only lists. Exit code 0 when every
 required piece is there, 1 when not.
 
@@ -35,9 +37,21 @@ APT_TIMEOUT_S = 900
 # The official Node.js client for the e2e tests (tests/e2e/test_node_client.py), pinned in
 # clients/nodejs/package.json + package-lock.json; Debian's nodejs and npm run it.
 NODE_MIN_MAJOR = 18
-NODE_CLIENT_DIR = Path(__file__).resolve().parent.parent / "clients" / "nodejs"
+CLIENTS_DIR = Path(__file__).resolve().parent.parent / "clients"
+NODE_CLIENT_DIR = CLIENTS_DIR / "nodejs"
 NODE_CLIENT_PACKAGE = "rocketmq-client-nodejs"
 NPM_TIMEOUT_S = 600
+# The remoting clients for the e2e tests (issue 36 item 4; tests/e2e/test_remoting_clients.py). ali-ons
+# is pinned in clients/remoting-node/package.json + package-lock.json. PyPI's ``rocketmq`` (the C++
+# client with librocketmq in the wheel) installs a top-level package ``rocketmq``, as the project's
+# rocketmq-python-client does, so it gets a virtualenv of its own, made with the running interpreter.
+REMOTING_NODE_DIR = CLIENTS_DIR / "remoting-node"
+REMOTING_NODE_PACKAGE = "ali-ons"
+REMOTING_PY_DIR = CLIENTS_DIR / "remoting-py"
+REMOTING_PY_VENV = REMOTING_PY_DIR / ".venv"
+REMOTING_PY_REQUIREMENTS = REMOTING_PY_DIR / "requirements.txt"
+REMOTING_PY_PACKAGE = "rocketmq"
+PIP_TIMEOUT_S = 600
 
 
 class Status(Enum):
@@ -152,36 +166,111 @@ def check_node() -> tuple[bool, str]:
     return True, f"{node} {version}, {npm}"
 
 
-def check_node_client() -> tuple[bool, str]:
-    installed = NODE_CLIENT_DIR / "node_modules" / NODE_CLIENT_PACKAGE / "package.json"
-    lock = NODE_CLIENT_DIR / "package-lock.json"
+def _last_line(done: subprocess.CompletedProcess[str]) -> str:
+    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
+    return tail[0]
+
+
+def check_npm_client(directory: Path, package: str) -> tuple[bool, str]:
+    """``package`` installed in ``directory``/node_modules at the version its package-lock.json pins."""
+    installed = directory / "node_modules" / package / "package.json"
+    lock = directory / "package-lock.json"
     if not installed.is_file():
         return False, f"{installed.parent} is missing"
     try:
         version = json.loads(installed.read_text())["version"]
-        wanted = json.loads(lock.read_text())["packages"][f"node_modules/{NODE_CLIENT_PACKAGE}"]["version"]
+        wanted = json.loads(lock.read_text())["packages"][f"node_modules/{package}"]["version"]
     except (OSError, ValueError, KeyError) as exc:
         return False, f"cannot read {installed} or {lock}: {exc}"
     if version != wanted:
-        return False, f"{NODE_CLIENT_PACKAGE} {version} installed, the lock file pins {wanted}"
-    return True, f"{NODE_CLIENT_PACKAGE} {version} in {installed.parent.parent}"
+        return False, f"{package} {version} installed, the lock file pins {wanted}"
+    return True, f"{package} {version} in {installed.parent.parent}"
 
 
-def install_node_client() -> tuple[bool, str]:
-    """``npm ci`` into clients/nodejs/node_modules, exactly what package-lock.json pins (no scripts:
-    the client needs none)."""
+def install_npm_client(directory: Path) -> tuple[bool, str]:
+    """``npm ci`` into ``directory``/node_modules, exactly what package-lock.json pins (no scripts:
+    neither client needs one)."""
     npm = shutil.which("npm")
     if npm is None or not check_node()[0]:
         return False, f"Node.js {NODE_MIN_MAJOR}+ and npm are needed first"
     argv = [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"]
-    print(f"doctor: (cd {NODE_CLIENT_DIR} && npm {' '.join(argv[1:])})", flush=True)
-    done = _run(argv, timeout=NPM_TIMEOUT_S, cwd=NODE_CLIENT_DIR)
+    print(f"doctor: (cd {directory} && npm {' '.join(argv[1:])})", flush=True)
+    done = _run(argv, timeout=NPM_TIMEOUT_S, cwd=directory)
     if done is None:
         return False, f"npm ci did not finish within {NPM_TIMEOUT_S} s"
     if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        return False, f"npm ci failed: {tail[0]}"
+        return False, f"npm ci failed: {_last_line(done)}"
     return True, "npm ci"
+
+
+def check_node_client() -> tuple[bool, str]:
+    return check_npm_client(NODE_CLIENT_DIR, NODE_CLIENT_PACKAGE)
+
+
+def install_node_client() -> tuple[bool, str]:
+    return install_npm_client(NODE_CLIENT_DIR)
+
+
+def check_remoting_node_client() -> tuple[bool, str]:
+    return check_npm_client(REMOTING_NODE_DIR, REMOTING_NODE_PACKAGE)
+
+
+def install_remoting_node_client() -> tuple[bool, str]:
+    return install_npm_client(REMOTING_NODE_DIR)
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def pinned_version(requirements: Path, package: str) -> str | None:
+    """The version ``requirements`` pins ``package`` to with ``==``, or None."""
+    try:
+        lines = requirements.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if sep and name.strip().lower() == package.lower():
+            return version.strip()
+    return None
+
+
+def check_remoting_py_client() -> tuple[bool, str]:
+    """The pinned ``rocketmq`` in clients/remoting-py/.venv, its librocketmq loadable (importing
+    ``rocketmq.client`` loads it with ctypes, so a library this machine cannot run fails here)."""
+    python = venv_python(REMOTING_PY_VENV)
+    wanted = pinned_version(REMOTING_PY_REQUIREMENTS, REMOTING_PY_PACKAGE)
+    if wanted is None:
+        return False, f"{REMOTING_PY_REQUIREMENTS} pins no {REMOTING_PY_PACKAGE}==VERSION"
+    if not python.exists():
+        return False, f"{python} is missing"
+    probe = f"import importlib.metadata as m, rocketmq.client; print(m.version({REMOTING_PY_PACKAGE!r}))"
+    done = _run([str(python), "-c", probe], cwd=REMOTING_PY_DIR)
+    if done is None or done.returncode != 0:
+        return False, f"{python} cannot load {REMOTING_PY_PACKAGE}: {_last_line(done) if done else 'timed out'}"
+    version = _first_line(done.stdout)
+    if version != wanted:
+        return False, f"{REMOTING_PY_PACKAGE} {version} installed, {REMOTING_PY_REQUIREMENTS.name} pins {wanted}"
+    return True, f"{REMOTING_PY_PACKAGE} {version} in {REMOTING_PY_VENV}"
+
+
+def install_remoting_py_client() -> tuple[bool, str]:
+    """``python -m venv`` (this interpreter) unless the virtualenv exists, then ``pip install -r``
+    the pinned requirements into it."""
+    python = venv_python(REMOTING_PY_VENV)
+    steps = []
+    if not python.exists():
+        steps.append([sys.executable, "-m", "venv", str(REMOTING_PY_VENV)])
+    steps.append([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-r", str(REMOTING_PY_REQUIREMENTS)])
+    for argv in steps:
+        print(f"doctor: {' '.join(argv)}", flush=True)
+        done = _run(argv, timeout=PIP_TIMEOUT_S, cwd=REMOTING_PY_DIR)
+        if done is None:
+            return False, f"{' '.join(argv[1:4])} did not finish within {PIP_TIMEOUT_S} s"
+        if done.returncode != 0:
+            return False, f"{' '.join(argv[1:4])} failed: {_last_line(done)}"
+    return True, "python -m venv + pip install -r requirements.txt" if len(steps) == 2 else "pip install -r requirements.txt"
 
 
 def install_debian_package(package: str) -> tuple[bool, str]:
@@ -198,8 +287,7 @@ def install_debian_package(package: str) -> tuple[bool, str]:
         except subprocess.TimeoutExpired:
             return False, f"{' '.join(argv)} timed out after {APT_TIMEOUT_S} s"
         if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
-            return False, f"{' '.join(argv)} failed: {tail[0]}"
+            return False, f"{' '.join(argv)} failed: {_last_line(done)}"
     return True, f"apt-get install {package}"
 
 
@@ -243,6 +331,21 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         check_node_client,
         install=install_node_client,
         advice=f"run npm ci in {NODE_CLIENT_DIR} (it needs the npm registry), then run again",
+    ),
+    Requirement(
+        f"{REMOTING_NODE_PACKAGE} (clients/remoting-node)",
+        frozenset({"test"}),
+        check_remoting_node_client,
+        install=install_remoting_node_client,
+        advice=f"run npm ci --ignore-scripts in {REMOTING_NODE_DIR} (it needs the npm registry), then run again",
+    ),
+    Requirement(
+        f"{REMOTING_PY_PACKAGE} C++ client (clients/remoting-py)",
+        frozenset({"test"}),
+        check_remoting_py_client,
+        install=install_remoting_py_client,
+        advice=f"run {Path(sys.executable).name} -m venv {REMOTING_PY_VENV} && {venv_python(REMOTING_PY_VENV)} -m pip install "
+        f"-r {REMOTING_PY_REQUIREMENTS} (it needs PyPI and a manylinux x86_64 machine), then run again",
     ),
 )
 
