@@ -1,0 +1,140 @@
+"""The remoting test clients against real brokers (issue 36 item 4): PyPI ``rocketmq`` 0.4.4 (the C++
+client) and ali-ons 3.12.0 produce and push-consume through a three-replica controller-mode group
+(tests/e2e/test_failover.py ``three_replicas``), finding it through our nameserver's remoting
+endpoint. A broker's remoting address is ``127.0.0.1:<listenPort>``, the address it registers.
+
+NEEDS THE BROKER'S REMOTING EDGE (brokers/remoting/, issue 36 item 2). What these tests expect from
+the broker, beyond the codes each client sends (docs/remoting-clients.md):
+- SEND_MESSAGE 10 (C++) and SEND_MESSAGE_V2 310 (ali-ons) stored like a gRPC send (all-ack here),
+  answered SUCCESS with ``msgId`` (the offset message id), ``queueId``, ``queueOffset``; a message
+  without UNIQ_KEY (ali-ons) gets one; BOOL extFields read as Java does (C++ sends ``"0"``).
+- HEART_BEAT 34 (enums as ordinals from C++, as names from ali-ons) registers the group, creates its
+  ``%RETRY%<group>`` topic and registers it with the control plane (both clients route it);
+  GET_CONSUMER_LIST_BY_GROUP 38 names the group's live clients; UNREGISTER_CLIENT 35.
+- QUERY_CONSUMER_OFFSET 14 for a group with no offset: SUCCESS offset 0 while the queue's min offset
+  is 0 (Java's ConsumerManageProcessor answers so while the first message is in memory), so that a
+  new group started after the sends receives them; GET_MAX_OFFSET 30; UPDATE_CONSUMER_OFFSET 15
+  (two-way from both; a negative commitOffset from ali-ons is not stored) into the offsets the
+  dashboard reads (``dashboards.selectors.consumer_group``).
+- PULL_MESSAGE 11 with long polling (both suspend 15 s), FOUND bodies in MessageExt layout (the
+  clients decode V1 magic records), sysFlag 7 carrying commitOffset.
+- LOCK_BATCH_MQ 41 / UNLOCK_BATCH_MQ 42 from the C++ orderly consumer (one queue per lock request).
+- The DELAY property (level 2 = 5 s) delays delivery by RocketMQ's default levels.
+- After kill -9 of the master the elected master registers as id 0 at the new epoch; the C++ client
+  finds it at its next route poll (30 s).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from chaos.official_client import EventLog
+from chaos.remoting_clients import remoting_node_process, remoting_py_process
+from dashboards.selectors import consumer_group
+from testkit.procs import Process
+from tests.e2e.test_broker_membership import wait_for
+from tests.e2e.test_failover import three_replicas
+from tests.e2e.test_remoting_clients import remoting_nameserver
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
+
+TOPIC = "Replicated"  # testkit's topic, 4 queues
+CLIENTS = ("cpp", "node")
+ROUTE_POLL_S = 30  # both clients' nameserver poll interval
+
+
+@contextmanager
+def client(kind: str, role: str, name: str, tmp_path: Path, namesrv: str, *options: str) -> Iterator[tuple[Process, EventLog]]:
+    out = tmp_path / f"{name}.jsonl"
+    build = remoting_py_process if kind == "cpp" else remoting_node_process
+    proc = build(role, name, tmp_path, "--namesrv", namesrv, "--topic", TOPIC, "--out", str(out), *options)
+    proc.start()
+    try:
+        yield proc, EventLog(out)
+    finally:
+        proc.stop()
+
+
+def ids(log: EventLog, kind: str) -> set[str]:
+    return {e["id"] for e in log.of(kind)}
+
+
+def alive_and(process: Process, predicate) -> bool:
+    return process.check_alive() and predicate()
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_produce_then_push_consume(tmp_path, kind):
+    with three_replicas(tmp_path, f"rm-{kind}") as _, remoting_nameserver() as namesrv:
+        with client(kind, "produce", f"{kind}-producer", tmp_path, namesrv, "--count", "300", "--body-bytes", "1024") as (
+            p,
+            sent,
+        ):
+            wait_for(lambda: alive_and(p, lambda: len(sent.of("ack", "fail")) == 300), 90, "300 sends answered")
+        assert sent.of("fail") == [], sent.of("fail")[:3]
+        assert {e["msg_id"] for e in sent.of("ack")} and len(ids(sent, "ack")) == 300
+        group = f"{kind}-remoting"
+        with client(kind, "consume", f"{kind}-consumer", tmp_path, namesrv, "--group", group) as (c, got):
+            wait_for(lambda: alive_and(c, lambda: ids(sent, "ack") <= ids(got, "delivery")), 90, "every acknowledged message")
+            # the client's own message ids survive the trip (C++: UNIQ_KEY; ali-ons: offset message id)
+            assert {e["msg_id"] for e in sent.of("ack")} <= {e["msg_id"] for e in got.of("delivery")}
+            # its offsets are the ones the dashboard shows: the group's lag drains to 0
+            wait_for(lambda: (consumer_group(group) or {}).get("topics", [{}])[0].get("lag") == 0, 60, "the group's lag at 0")
+        assert got.of("route_fail", "client_error") == []
+        assert [e["kind"] for e in got.of("started", "stopped")] == ["started", "stopped"]
+
+
+def test_the_cpp_orderly_consumer_gets_one_keys_messages_in_order(tmp_path):
+    """send_orderly with one key puts every message in one queue; the orderly push consumer (which
+    locks its queues with LOCK_BATCH_MQ first) delivers them in send order."""
+    with three_replicas(tmp_path, "rm-orderly") as _, remoting_nameserver() as namesrv:
+        opts = ("--count", "200", "--orderly-key", "order-42", "--interval-ms", "1")
+        with client("cpp", "produce", "cpp-orderly-producer", tmp_path, namesrv, *opts) as (p, sent):
+            wait_for(lambda: alive_and(p, lambda: len(sent.of("ack", "fail")) == 200), 90, "200 orderly sends answered")
+        assert sent.of("fail") == []
+        with client("cpp", "consume", "cpp-orderly", tmp_path, namesrv, "--group", "cpp-orderly", "--orderly") as (c, got):
+            wait_for(lambda: alive_and(c, lambda: ids(sent, "ack") <= ids(got, "delivery")), 90, "every orderly message")
+        deliveries = got.of("delivery")
+        assert len({d["queue_id"] for d in deliveries}) == 1
+        first = [d["id"] for d in deliveries if d["attempt"] == 1]
+        assert first == sorted(first), "orderly deliveries out of send order"
+
+
+@pytest.mark.parametrize("kind", CLIENTS)
+def test_a_delay_level_delays_delivery(tmp_path, kind):
+    """DELAY=2 is RocketMQ's second default level, 5 s: no message arrives before it."""
+    with three_replicas(tmp_path, f"rm-delay-{kind}") as _, remoting_nameserver() as namesrv:
+        group = f"{kind}-delay"
+        with client(kind, "consume", f"{kind}-delay-consumer", tmp_path, namesrv, "--group", group) as (c, got):
+            wait_for(lambda: alive_and(c, lambda: got.of("started")), 30, "the consumer started")
+            time.sleep(5)  # its rebalance and first pulls
+            opts = ("--count", "5", "--delay-level", "2", "--id-prefix", "late-")
+            with client(kind, "produce", f"{kind}-delay-producer", tmp_path, namesrv, *opts) as (p, sent):
+                wait_for(lambda: alive_and(p, lambda: len(sent.of("ack", "fail")) == 5), 60, "5 delayed sends answered")
+            assert sent.of("fail") == []
+            wait_for(lambda: alive_and(c, lambda: ids(sent, "ack") <= ids(got, "delivery")), 60, "the delayed messages")
+        acked = {e["id"]: e["sent"] for e in sent.of("ack")}
+        early = [d for d in got.of("delivery") if d["id"] in acked and d["t"] - acked[d["id"]] < 4.5]
+        assert early == [], f"delivered before the 5 s delay: {early[:3]}"
+
+
+def test_kill_9_of_the_master_under_the_cpp_producer_loses_nothing_acknowledged(tmp_path):
+    """Controller mode: the elected master registers as id 0 at the new epoch; the C++ producer's sends
+    fail until its next route poll names it, then succeed; every acknowledged message is received."""
+    with three_replicas(tmp_path, "rm-kill") as (_, master, info, master_of), remoting_nameserver() as namesrv:
+        with client("cpp", "produce", "cpp-kill-producer", tmp_path, namesrv, "--interval-ms", "10") as (p, sent):
+            wait_for(lambda: alive_and(p, lambda: len(sent.of("ack")) >= 100), 60, "sends before the fault")
+            master.stop(signal.SIGKILL)
+            killed = time.time()
+            wait_for(lambda: master_of(info()) not in (None, master), 30, "the election")
+            wait_for(lambda: any(e["sent"] > killed for e in sent.of("ack")), ROUTE_POLL_S + 30, "an ack after the failover")
+            resumed = len(sent.of("ack"))
+            wait_for(lambda: alive_and(p, lambda: len(sent.of("ack")) >= resumed + 100), 60, "sends after the failover")
+        with client("cpp", "consume", "cpp-kill-consumer", tmp_path, namesrv, "--group", "cpp-kill") as (c, got):
+            wait_for(lambda: alive_and(c, lambda: ids(sent, "ack") <= ids(got, "delivery")), 120, "every acknowledged message")
