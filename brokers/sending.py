@@ -53,6 +53,9 @@ class SendService:
         self.gate, self.acting = gate, acting
         levels = parse_delay_levels(config.messageDelayLevel)
         self.rules = SendRules(config.brokerName, config, levels, itertools.count(), static.turns)
+        # the record's store host: with its commit-log offset, the message's offset id (a remoting
+        # client's msgId, and what VIEW_MESSAGE_BY_ID finds it by)
+        self.store_host = (config.brokerIP1, config.listenPort)
 
     def forwards(self) -> bool:
         """Whether sends (and EndTransactions) go to the group's master now."""
@@ -78,6 +81,7 @@ class SendService:
                 out.flag,
                 out.sys_flag,
                 born_timestamp=out.born_ms,
+                store_host=self.store_host,
                 reconsume_times=out.reconsume_times,
             )
             if a.half:  # the transaction id is the message id (RocketMQ's UNIQ_KEY)
