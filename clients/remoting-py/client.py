@@ -168,6 +168,8 @@ def consume(args: argparse.Namespace, events: EventWriter, stop: threading.Event
             queue_offset=message.queue_offset,
             tags=(message.tags or b"").decode(errors="replace"),
         )
+        if args.consume_ms:
+            time.sleep(args.consume_ms / 1000)  # a slow consumer: messages wait in the queue
 
     try:
         consumer.subscribe(args.topic, on_message, args.tags or "*")
@@ -243,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     consume_args.add_argument("--group", required=True, help="the consumer group")
     consume_args.add_argument("--orderly", action="store_true", help="an orderly push consumer (it locks its queues)")
     consume_args.add_argument("--thread-count", type=int, default=2)
+    consume_args.add_argument("--consume-ms", type=float, default=0.0, help="time each message takes to consume")
     consume_args.add_argument("--route-check-ms", type=int, default=2000, help="while the topic has no route")
     args = p.parse_args(argv)
 

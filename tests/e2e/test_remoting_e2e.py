@@ -3,8 +3,8 @@ client) and ali-ons 3.12.0 produce and push-consume through a three-replica cont
 (tests/e2e/test_failover.py ``three_replicas``), finding it through our nameserver's remoting
 endpoint. A broker's remoting address is ``127.0.0.1:<listenPort>``, the address it registers.
 
-NEEDS THE BROKER'S REMOTING EDGE (brokers/remoting/, issue 36 item 2). What these tests expect from
-the broker, beyond the codes each client sends (docs/remoting-clients.md):
+What these tests need of the broker's remoting edge (brokers/remoting/), beyond the codes each client
+sends (docs/remoting-clients.md):
 - SEND_MESSAGE 10 (C++) and SEND_MESSAGE_V2 310 (ali-ons) stored like a gRPC send (all-ack here),
   answered SUCCESS with ``msgId`` (the offset message id), ``queueId``, ``queueOffset``; a message
   without UNIQ_KEY (ali-ons) gets one; BOOL extFields read as Java does (C++ sends ``"0"``).
@@ -26,21 +26,30 @@ the broker, beyond the codes each client sends (docs/remoting-clients.md):
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from chaos.official_client import EventLog
 from chaos.remoting_clients import remoting_node_process, remoting_py_process
+from controlplane.models import ApiToken
 from dashboards.selectors import consumer_group
+from mqrules.remoting.codes import RequestCode
 from testkit.procs import Process
+from testkit.remoting import RemotingClient
+from tests.e2e.test_acting_master import acting_pair
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_failover import three_replicas
 from tests.e2e.test_remoting_clients import remoting_nameserver
+from tests.e2e.test_replication import send, stop_all
+from tests.procs import uvicorn_server
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -142,3 +151,63 @@ def test_kill_9_of_the_master_under_the_cpp_producer_loses_nothing_acknowledged(
             wait_for(lambda: alive_and(p, lambda: len(sent.of("ack")) >= resumed + 100), 60, "sends after the failover")
         with client("cpp", "consume", "cpp-kill-consumer", tmp_path, namesrv, "--group", "cpp-kill") as (c, got):
             wait_for(lambda: alive_and(c, lambda: ids(sent, "ack") <= ids(got, "delivery")), 120, "every acknowledged message")
+
+
+def test_classic_acting_master_serves_the_cpp_consumer_and_the_master_takes_its_offsets_back(tmp_path):
+    """RIP-32 for remoting clients (classic mode, enableSlaveActingMaster). The C++ push consumer of a
+    group consumes the first 100 messages from the master (its offsets committed there, and so on the
+    slave). After kill -9 of the master the route names the slave as id 0: the consumer, started
+    again, takes the group's offsets from it, pulls the other 200 from it and commits there; the
+    returning master takes those offsets back at pre-online and registers as id 0 again, and a
+    consumer of the group started then finds nothing left: no message delivered twice."""
+    token = ApiToken.issue("rm-acting-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('rm-acting-admin', 'admin')[1]}"}
+    with uvicorn_server() as base, remoting_nameserver() as namesrv:
+        r = httpx.patch(f"{base}/api/v1/nameserver/config", headers=admin, timeout=5, json={"supportActingMaster": True})
+        assert r.status_code == 200, r.text
+        master, slave = acting_pair(tmp_path, base, token)
+
+        def id0() -> str | None:
+            with RemotingClient(namesrv) as ns:
+                answer = ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+            return json.loads(answer.body)["brokerDatas"][0]["brokerAddrs"].get("0") if answer.code == 0 else None
+
+        def committed(replica) -> int:
+            query = {"consumerGroup": "acting-g", "topic": TOPIC}
+            with RemotingClient(f"127.0.0.1:{replica.listen_port}") as c:
+                answers = [c.request(RequestCode.QUERY_CONSUMER_OFFSET, {**query, "queueId": q}) for q in range(4)]
+            return sum(int(a.ext_fields["offset"]) for a in answers)
+
+        def consumed(name: str, want: int) -> list[tuple[int, int]]:
+            """Run the group's consumer until ``want`` messages arrived and it committed them."""
+            with client("cpp", "consume", name, tmp_path, namesrv, "--group", "acting-g") as (c, got):
+                wait_for(lambda: alive_and(c, lambda: len(got.of("delivery")) >= want), 90, f"{want} deliveries")
+                time.sleep(6)  # its offsets go to the broker every 5 s (and at shutdown)
+            return [(d["queue_id"], d["queue_offset"]) for d in got.of("delivery")]
+
+        try:
+            master.start()
+            slave.start()
+            wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 60, "the master taking writes with its slave")
+            assert send(master.grpc_port, 99, first=1) == {pb.Code.OK: 99}
+            first = consumed("acting-consumer-1", 100)
+            wait_for(lambda: committed(slave) == 100, 30, "the group's offsets on the slave")
+            assert send(master.grpc_port, 200, first=100) == {pb.Code.OK: 200}
+
+            master.stop(signal.SIGKILL)
+            wait_for(lambda: id0() == f"127.0.0.1:{slave.listen_port}", 60, "the slave routed as id 0")
+            second = consumed("acting-consumer-2", 200)
+            assert committed(slave) == 300, "the consumer's offsets were not committed to the acting slave"
+
+            master.start()
+            wait_for(lambda: id0() == f"127.0.0.1:{master.listen_port}", 90, "the master back as id 0")
+            assert committed(master) == 300, "the returning master did not take the acting slave's offsets back"
+            with client("cpp", "consume", "acting-consumer-3", tmp_path, namesrv, "--group", "acting-g") as (c, got):
+                wait_for(lambda: alive_and(c, lambda: bool(got.of("route_ok"))), 60, "the third consumer running")
+                time.sleep(8)  # its rebalance and first pulls
+                third = [(d["queue_id"], d["queue_offset"]) for d in got.of("delivery")]
+        finally:
+            stop_all(master, slave)
+        delivered = first + second + third
+        assert len(set(delivered)) == 300, "a message was never delivered"
+        assert len(delivered) == 300, f"{len(delivered) - 300} messages delivered twice"
