@@ -4,10 +4,12 @@ Starts a real control plane (uvicorn + Channels + Redis + Postgres, a database o
 N brokers, and measures:
   * websocket heartbeats: every broker keeps its socket and heartbeats at a fixed rate (open loop,
     N / interval offered per second); latency = send to ack;
-  * route queries (GET /routes/<topic>) issued meanwhile at a steady rate;
+  * route queries issued meanwhile at a steady rate, over REST (GET /routes/<topic>) and over the
+    nameserver's remoting endpoint (GET_ROUTEINFO_BY_TOPIC, 105: what 4.x clients ask), each from a
+    process of its own;
   * REST heartbeats: a closed loop of C concurrent clients.
 The last line printed is one JSON object with ws_heartbeats_per_s, ws_heartbeat_p99_ms,
-rest_heartbeats_per_s, route_p99_ms, brokers.
+rest_heartbeats_per_s, route_p99_ms, remoting_route_p99_ms, brokers.
 
     python -m controlplane.launcher bench bench/heartbeats.py   # or, with DATABASE_URL/REDIS_URL set:
     python bench/heartbeats.py --brokers 1000 --interval 0.2 --seconds 20
@@ -23,6 +25,8 @@ import multiprocessing
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -38,7 +42,10 @@ from bench.common import (  # noqa: E402
     server,
     setup_django,
 )
+from testkit.controlplane import remoting_argv  # noqa: E402
 from testkit.pacing import Pace  # noqa: E402
+from testkit.ports import free_port  # noqa: E402
+from testkit.procs import ARTIFACTS, ROOT, Process  # noqa: E402
 from testkit.stats import percentile  # noqa: E402
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -76,8 +83,8 @@ async def register_all(base: str, token: str, brokers: int) -> list[str]:
 
 
 async def ws_phase(
-    base: str, token: str, addrs: list[str], interval: float, seconds: float, route_rate: float
-) -> tuple[float, list[float], list[float], int]:
+    base: str, namesrv: str, token: str, addrs: list[str], interval: float, seconds: float, route_rate: float
+) -> tuple[float, list[float], list[float], list[float], int]:
     ws_url = base.replace("http://", "ws://") + "/ws/broker/"
     headers = {"Authorization": f"Bearer {token}", "Origin": base}
     sockets = []
@@ -120,18 +127,22 @@ async def ws_phase(
     ctx = multiprocessing.get_context("spawn")
     parent_end, child_end = ctx.Pipe(duplex=False)
     wall_offset = time.time() - time.monotonic()
-    prober = ctx.Process(
-        target=route_prober, args=(base, token, measure_from + wall_offset, stop_at + wall_offset, route_rate, child_end)
-    )
+    window = (measure_from + wall_offset, stop_at + wall_offset, route_rate)
+    prober = ctx.Process(target=route_prober, args=(base, token, *window, child_end))
     prober.start()
+    remoting_end, remoting_child = ctx.Pipe(duplex=False)
+    remoting_prober = ctx.Process(target=remoting_route_prober, args=(namesrv, *window, remoting_child))
+    remoting_prober.start()
 
     n = len(addrs)
     pairs = enumerate(zip(sockets, addrs, strict=True))
     await asyncio.gather(*(broker(ws, a, interval * i / n) for i, (ws, a) in pairs))
     await asyncio.gather(*(ws.close() for ws in sockets))
     route_latencies = await asyncio.to_thread(parent_end.recv)
+    remoting_latencies = await asyncio.to_thread(remoting_end.recv)
     prober.join(timeout=30)
-    return completed_in_window / seconds, latencies, route_latencies, failures
+    remoting_prober.join(timeout=30)
+    return completed_in_window / seconds, latencies, route_latencies, remoting_latencies, failures
 
 
 def route_prober(base: str, token: str, start_wall: float, stop_wall: float, rate: float, out) -> None:
@@ -140,6 +151,22 @@ def route_prober(base: str, token: str, start_wall: float, stop_wall: float, rat
         out.send(
             paced(lambda k: client.get("/api/v1/nameserver/routes/BenchTopic").raise_for_status(), start_wall, stop_wall, rate)
         )
+
+
+def remoting_route_prober(namesrv: str, start_wall: float, stop_wall: float, rate: float, out) -> None:
+    """GET_ROUTEINFO_BY_TOPIC (105) for BenchTopic on one connection, as a 4.x client asks it, at a
+    steady rate between two wall-clock instants; sends the latencies."""
+    from mqrules.remoting.codes import RequestCode
+    from testkit.remoting import RemotingClient
+
+    with RemotingClient(namesrv, timeout=30) as client:
+
+        def ask(_k: int) -> None:
+            answer = client.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "BenchTopic"})
+            if answer.code != 0:
+                raise RuntimeError(f"route of BenchTopic over remoting: {answer.code} {answer.remark}")
+
+        out.send(paced(ask, start_wall, stop_wall, rate))
 
 
 async def rest_phase(base: str, token: str, addrs: list[str], seconds: float, concurrency: int) -> float:
@@ -164,6 +191,20 @@ async def rest_phase(base: str, token: str, addrs: list[str], seconds: float, co
 
         await asyncio.gather(*(loop(k) for k in range(concurrency)))
     return count / seconds
+
+
+@contextmanager
+def remoting_endpoint(env: dict[str, str]) -> Iterator[str]:
+    """The nameserver's remoting endpoint (``manage.py serve_remoting``) on the run's database and
+    Redis prefix, as the demo starts it; yields its address."""
+    port = free_port()
+    log_dir = ROOT / ".data" if (ROOT / ".data").is_dir() else ARTIFACTS
+    proc = Process("ns-remoting", remoting_argv(port), log_dir / f"ns-remoting-{port}-{os.getpid()}.log", env)
+    try:
+        proc.start().wait_port(port, 60)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.stop()
 
 
 def main() -> None:
@@ -191,7 +232,7 @@ def main() -> None:
     from controlplane.models import ApiToken
 
     _, token = ApiToken.issue("bench", "admin")
-    with server(env, args.port, args.workers, args.ws_impl) as base:
+    with server(env, args.port, args.workers, args.ws_impl) as base, remoting_endpoint(env) as namesrv:
         log(f"control plane up at {base} ({args.workers} worker(s), {args.ws_impl}); registering {args.brokers} brokers")
         addrs = asyncio.run(register_all(base, token, args.brokers))
         log(f"REST phase: {args.rest_concurrency} concurrent clients, {args.seconds:.0f} s")
@@ -199,12 +240,13 @@ def main() -> None:
         log(f"  {rest_rate:.0f} heartbeats/s")
         offered = args.brokers / args.interval
         log(f"websocket phase: {args.brokers} sockets, {offered:.0f} heartbeats/s offered, {args.seconds:.0f} s")
-        ws_rate, lat, route_lat, failures = asyncio.run(
-            ws_phase(base, token, addrs, args.interval, args.seconds, args.route_rate)
+        ws_rate, lat, route_lat, remoting_lat, failures = asyncio.run(
+            ws_phase(base, namesrv, token, addrs, args.interval, args.seconds, args.route_rate)
         )
         log(
             f"  {ws_rate:.0f} heartbeats/s, p50 {percentile(lat, 50):.1f} ms, p99 {percentile(lat, 99):.1f} ms, "
-            f"failures {failures}; routes p50 {percentile(route_lat, 50):.1f} ms p99 {percentile(route_lat, 99):.1f} ms"
+            f"failures {failures}; routes p50 {percentile(route_lat, 50):.1f} ms p99 {percentile(route_lat, 99):.1f} ms; "
+            f"remoting routes p50 {percentile(remoting_lat, 50):.1f} ms p99 {percentile(remoting_lat, 99):.1f} ms"
         )
     clear_redis_prefix(env)
     result = {
@@ -212,6 +254,7 @@ def main() -> None:
         "ws_heartbeat_p99_ms": round(percentile(lat, 99), 2),
         "rest_heartbeats_per_s": round(rest_rate, 1),
         "route_p99_ms": round(percentile(route_lat, 99), 2),
+        "remoting_route_p99_ms": round(percentile(remoting_lat, 99), 2),
         "brokers": args.brokers,
         "ws_offered_per_s": round(offered, 1),
         "ws_failures": failures,
