@@ -23,13 +23,15 @@ class NodeClientMissing(RuntimeError):
     """Node.js or the npm package is not installed here."""
 
 
-def node_binary() -> str:
-    """The ``node`` to run, or NodeClientMissing with the one line that says what to do."""
+def node_binary(package: Path = PACKAGE, missing: type[RuntimeError] = NodeClientMissing) -> str:
+    """The ``node`` to run a client whose npm ``package`` (its package.json) is installed, or
+    ``missing`` with the one line that says what to do."""
     node = shutil.which("node")
     if node is None:
-        raise NodeClientMissing("node is not installed: run make doctor (it says what to install)")
-    if not PACKAGE.is_file():
-        raise NodeClientMissing(f"{PACKAGE.parent} is missing: run make doctor (it installs clients/nodejs with npm ci)")
+        raise missing("node is not installed: run make doctor (it says what to install)")
+    if not package.is_file():
+        client = package.parent.parent.parent.relative_to(ROOT)
+        raise missing(f"{package.parent} is missing: run make doctor (it installs {client} with npm ci)")
     return node
 
 

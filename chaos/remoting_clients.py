@@ -15,10 +15,14 @@ options. What they send on the wire is in docs/remoting-clients.md.
 from __future__ import annotations
 
 import os
-import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from testkit.procs import ROOT, Process
+
+from .node_client import node_binary
+from .official_client import EventLog
 
 CLIENTS = ROOT / "clients"
 PY_CLIENT_DIR = CLIENTS / "remoting-py"
@@ -42,12 +46,7 @@ def remoting_py_python() -> Path:
 
 def remoting_node_binary() -> str:
     """The ``node`` that runs ali-ons, or RemotingClientMissing with the one line that says what to do."""
-    node = shutil.which("node")
-    if node is None:
-        raise RemotingClientMissing("node is not installed: run make doctor (it says what to install)")
-    if not NODE_PACKAGE.is_file():
-        raise RemotingClientMissing(f"{NODE_PACKAGE.parent} is missing: run make doctor (it installs clients/remoting-node)")
-    return node
+    return node_binary(NODE_PACKAGE, RemotingClientMissing)
 
 
 def remoting_py_process(role: str, name: str, log_dir: Path, *options: str) -> Process:
@@ -67,3 +66,19 @@ def remoting_node_process(role: str, name: str, log_dir: Path, *options: str) ->
     ali-ons' own log in ``log_dir/<name>-ali-ons.log``."""
     argv = [remoting_node_binary(), str(NODE_SCRIPT), role, *options, "--client-log", str(log_dir / f"{name}-ali-ons.log")]
     return Process(name, argv, log_dir / f"{name}.log", cwd=NODE_CLIENT_DIR)
+
+
+@contextmanager
+def remoting_client(
+    kind: str, role: str, name: str, log_dir: Path, namesrv: str, topic: str, *options: str
+) -> Iterator[tuple[Process, EventLog]]:
+    """One driver process of ``kind`` (``cpp``: PyPI rocketmq, ``node``: ali-ons) running ``role`` on
+    ``topic``, its events in ``log_dir/<name>.jsonl``; stopped on the way out."""
+    out = log_dir / f"{name}.jsonl"
+    build = remoting_py_process if kind == "cpp" else remoting_node_process
+    proc = build(role, name, log_dir, "--namesrv", namesrv, "--topic", topic, "--out", str(out), *options)
+    proc.start()
+    try:
+        yield proc, EventLog(out)
+    finally:
+        proc.stop()

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mqrules.remoting.codes import RequestCode, ResponseCode
-from mqrules.remoting.frame import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, SerializeType, encode_frame
+from mqrules.remoting.frame import SerializeType
 from mqrules.remoting.headers import (
     CONSUMER_SEND_MSG_BACK_REQUEST,
     END_TRANSACTION_REQUEST,
@@ -33,6 +33,7 @@ from mqrules.remoting.headers import (
     VIEW_MESSAGE_REQUEST,
 )
 from mqrules.remoting.message_id import decode_offset_message_id
+from testkit.fuzz import remoting_frames
 from testkit.remoting import RemotingClient, decode_records, heartbeat_body, properties
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_failover import three_replicas
@@ -180,29 +181,12 @@ def test_sends_pulls_offsets_and_queries_over_remoting(tmp_path):
 
 
 SERVED = [10, 11, 12, 14, 15, 21, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 41, 42, 201, 202, 203, 208, 310, 320, 906, 9999]
-_FIELDS = st.dictionaries(
-    st.sampled_from(["topic", "b", "queueId", "e", "consumerGroup", "offset", "commitOffset", "sysFlag", "properties", "x"]),
+_FRAMES = remoting_frames(
+    SERVED,
+    ["topic", "b", "queueId", "e", "consumerGroup", "offset", "commitOffset", "sysFlag", "properties", "x"],
     st.one_of(st.text(max_size=12), st.sampled_from(["NoSuchTopic", "-1", "0", "99999999999999999999", "true"])),
-    max_size=6,
-)
-_VALID = st.builds(
-    lambda code, opaque, flag, fields, body, kind: encode_frame(
-        RemotingCommand(code, opaque=opaque, flag=flag, ext_fields=fields, body=body, serialize_type=kind)
-    ),
-    st.sampled_from(SERVED),
-    st.integers(-(2**31), 2**31 - 1),
-    st.sampled_from([0, ONEWAY_FLAG, RESPONSE_FLAG]),
-    _FIELDS,
     st.one_of(st.binary(max_size=48), st.sampled_from([b"{}", b"[]", b'{"clientID": 1}', b'{"mqSet": 5}'])),
-    st.sampled_from(list(SerializeType)),
-)
-_FRAMES = st.one_of(
-    _VALID,
-    _VALID.flatmap(lambda f: st.integers(0, len(f) - 1).map(lambda n: f[:n])),  # truncated
-    _VALID.flatmap(
-        lambda f: st.integers(0, len(f) - 1).flatmap(lambda i: st.integers(0, 255).map(lambda b: f[:i] + bytes([b]) + f[i + 1 :]))
-    ),
-    st.binary(max_size=64),
+    6,
 )
 
 

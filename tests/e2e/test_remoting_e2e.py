@@ -29,8 +29,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -38,16 +36,15 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
 from chaos.official_client import EventLog
-from chaos.remoting_clients import remoting_node_process, remoting_py_process
+from chaos.remoting_clients import remoting_client
 from controlplane.models import ApiToken
 from dashboards.selectors import consumer_group
 from mqrules.remoting.codes import RequestCode
-from testkit.procs import Process
 from testkit.remoting import RemotingClient
 from tests.e2e.test_acting_master import acting_pair
 from tests.e2e.test_broker_membership import wait_for
 from tests.e2e.test_failover import three_replicas
-from tests.e2e.test_remoting_clients import remoting_nameserver
+from tests.e2e.test_remoting_clients import alive_and, remoting_nameserver
 from tests.e2e.test_replication import send, stop_all
 from tests.procs import uvicorn_server
 
@@ -58,24 +55,12 @@ CLIENTS = ("cpp", "node")
 ROUTE_POLL_S = 30  # both clients' nameserver poll interval
 
 
-@contextmanager
-def client(kind: str, role: str, name: str, tmp_path: Path, namesrv: str, *options: str) -> Iterator[tuple[Process, EventLog]]:
-    out = tmp_path / f"{name}.jsonl"
-    build = remoting_py_process if kind == "cpp" else remoting_node_process
-    proc = build(role, name, tmp_path, "--namesrv", namesrv, "--topic", TOPIC, "--out", str(out), *options)
-    proc.start()
-    try:
-        yield proc, EventLog(out)
-    finally:
-        proc.stop()
+def client(kind: str, role: str, name: str, tmp_path: Path, namesrv: str, *options: str):
+    return remoting_client(kind, role, name, tmp_path, namesrv, TOPIC, *options)
 
 
 def ids(log: EventLog, kind: str) -> set[str]:
     return {e["id"] for e in log.of(kind)}
-
-
-def alive_and(process: Process, predicate) -> bool:
-    return process.check_alive() and predicate()
 
 
 @pytest.mark.parametrize("kind", CLIENTS)

@@ -24,6 +24,7 @@ from mqrules.remoting.frame import ONEWAY_FLAG, RESPONSE_FLAG, RemotingCommand, 
 from nameserver.models import BrokerGroup, BrokerMember, TopicQueue
 from nameserver.remoting import EndpointConfig, Handler, RemotingEndpoint
 from testkit.controlplane import remoting_argv
+from testkit.fuzz import remoting_frames
 from testkit.ports import free_port
 
 from .helpers import NS, register_body
@@ -251,24 +252,8 @@ def test_garbage_closes_the_connection(served, garbage):
     assert ask(served, RequestCode.GET_KV_CONFIG, namespace="n", key="k").code == ResponseCode.QUERY_NOT_FOUND
 
 
-_valid = st.builds(
-    lambda code, opaque, flag, fields, body, kind: encode_frame(
-        RemotingCommand(code, opaque=opaque, flag=flag, ext_fields=fields, body=body, serialize_type=kind)
-    ),
-    st.sampled_from([101, 105, 106, 206, 103, 0, 9999]),
-    st.integers(-(2**31), 2**31 - 1),
-    st.sampled_from([0, ONEWAY_FLAG, RESPONSE_FLAG]),
-    st.dictionaries(st.sampled_from(["topic", "namespace", "key", "x"]), st.text(max_size=20), max_size=3),
-    st.binary(max_size=32),
-    st.sampled_from(list(SerializeType)),
-)
-_frames = st.one_of(
-    _valid,
-    _valid.flatmap(lambda f: st.integers(0, len(f) - 1).map(lambda n: f[:n])),  # truncated
-    _valid.flatmap(
-        lambda f: st.integers(0, len(f) - 1).flatmap(lambda i: st.integers(0, 255).map(lambda b: f[:i] + bytes([b]) + f[i + 1 :]))
-    ),
-    st.binary(max_size=64),
+_frames = remoting_frames(
+    [101, 105, 106, 206, 103, 0, 9999], ["topic", "namespace", "key", "x"], st.text(max_size=20), st.binary(max_size=32), 3
 )
 
 
