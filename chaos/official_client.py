@@ -43,30 +43,13 @@ from pathlib import Path
 
 from testkit.procs import Process, python
 
+from .events import EventWriter
 from .workload import Ack
 
 CLIENT_NODE = "official-client"  # an Ack's node: the client does not say which broker answered
 STARTUP_RETRY_S = 0.5
 
 # --- the child processes ------------------------------------------------------------------------------
-
-
-class EventWriter:
-    """One JSON line per event, flushed at once (the parent reads the file while the child runs)."""
-
-    def __init__(self, path: Path):
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-        self._lock = threading.Lock()
-
-    def write(self, kind: str, **fields: object) -> None:
-        line = json.dumps({"t": time.time(), "kind": kind, **fields}, separators=(",", ":"))
-        with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
 
 
 def describe(exc: BaseException) -> str:

@@ -32,7 +32,6 @@ is shut down, then ``stopped`` is written.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import threading
@@ -40,27 +39,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout: chaos/events.py (standard library only)
+from chaos.events import EventWriter  # noqa: E402
+
 ID_PROPERTY = "HA_ID"
 PAD = b"."
-
-
-class EventWriter:
-    """One JSON line per event, flushed at once: the parent reads the file while we write it. The
-    consumer's listener runs on the client's threads, hence the lock."""
-
-    def __init__(self, path: Path):
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-        self._lock = threading.Lock()
-
-    def write(self, kind: str, **fields: object) -> None:
-        line = json.dumps({"t": time.time(), "kind": kind, **fields}, separators=(",", ":"))
-        with self._lock:
-            self._file.write(line + "\n")
-            self._file.flush()
-
-    def close(self) -> None:
-        with self._lock:
-            self._file.close()
 
 
 def describe(exc: BaseException) -> str:
