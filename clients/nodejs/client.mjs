@@ -15,13 +15,12 @@
 // The access point must be ONE address: the client joins several with "," into its gRPC target,
 // which grpc-js cannot resolve. SIGTERM / SIGINT stop the loop; the client is shut down cleanly.
 
-import { appendFileSync, openSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { parseArgs } from 'node:util';
-import { format } from 'node:util';
 
 const require = createRequire(import.meta.url);
 const { Producer, SimpleConsumer } = require('rocketmq-client-nodejs');
+const { eventWriter, describe, fileLogger, signals, pause, withTimeout } = require('../common/driver.cjs');
 
 const STARTUP_TIMEOUT_MS = 15000; // startup() waits for the settings reply without a deadline of its own
 const STARTUP_RETRY_MS = 500;
@@ -49,49 +48,7 @@ if (!['produce', 'consume'].includes(role) || !args.access || !args.topic || !ar
   process.exit(2);
 }
 
-const out = openSync(args.out, 'a');
-function event(kind, fields = {}) {
-  // one whole line per write: the parent reads the file while we write it
-  writeSync(out, JSON.stringify({ t: Date.now() / 1000, kind, ...fields }) + '\n');
-}
-
-function describe(err) {
-  const name = err?.constructor?.name ?? 'Error';
-  return `${name}: ${err?.message ?? String(err)}`;
-}
-
-// The library's own log: this run's file instead of ~/logs/rocketmq/.
-function fileLogger(path) {
-  if (!path) return undefined;
-  const line = level => (...parts) => appendFileSync(path, `${new Date().toISOString()} [${level}] ${format(...parts)}\n`);
-  return { info: line('INFO'), warn: line('WARN'), error: line('ERROR'), close() {} };
-}
-
-let stopping = false;
-let wake = () => {};
-for (const sig of [ 'SIGTERM', 'SIGINT' ]) {
-  process.on(sig, () => {
-    stopping = true;
-    wake();
-  });
-}
-function pause(ms) {
-  return new Promise(resolve => {
-    const timer = setTimeout(resolve, ms);
-    wake = () => {
-      clearTimeout(timer);
-      resolve();
-    };
-  });
-}
-
-function withTimeout(promise, ms, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took more than ${ms} ms`)), ms);
-  });
-  return Promise.race([ promise, timeout ]).finally(() => clearTimeout(timer));
-}
+const event = eventWriter(args.out);
 
 const common = {
   endpoints: args.access,
@@ -102,7 +59,7 @@ const common = {
 
 // A new client per attempt: a failed startup() leaves the old one's timers behind, unusable.
 async function start(make) {
-  while (!stopping) {
+  while (!signals.stopping) {
     const client = make();
     try {
       await withTimeout(client.startup(), STARTUP_TIMEOUT_MS, 'startup');
@@ -120,7 +77,7 @@ async function produce() {
   const producer = await start(() => new Producer({ ...common, topics: [ args.topic ] }));
   if (!producer) return;
   let seq = 0;
-  while (!stopping) {
+  while (!signals.stopping) {
     const id = `${args['id-prefix']}${String(seq).padStart(9, '0')}`;
     seq += 1;
     const sent = Date.now() / 1000;
@@ -145,7 +102,7 @@ async function consume() {
   }));
   if (!consumer) return;
   let received = 0;
-  while (!stopping) {
+  while (!signals.stopping) {
     let messages;
     try {
       messages = await consumer.receive(Number(args.batch), Number(args['invisible-ms']));

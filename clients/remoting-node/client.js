@@ -23,9 +23,9 @@
 
 'use strict';
 
-const { appendFileSync, openSync, writeSync } = require('node:fs');
-const { format, parseArgs } = require('node:util');
+const { parseArgs } = require('node:util');
 const { Consumer, Message, Producer } = require('ali-ons');
+const { eventWriter, describe, fileLogger, signals, pause, withTimeout } = require('../common/driver.cjs');
 
 const ID_PROPERTY = 'HA_ID';
 const PAD = '.';
@@ -61,50 +61,7 @@ if (args.orderly) {
   process.exit(2);
 }
 
-const out = openSync(args.out, 'a');
-function event(kind, fields = {}) {
-  // one whole line per write: the parent reads the file while we write it
-  writeSync(out, JSON.stringify({ t: Date.now() / 1000, kind, ...fields }) + '\n');
-}
-
-function describe(err) {
-  const name = err?.name ?? err?.constructor?.name ?? 'Error';
-  return `${name}: ${String(err?.message ?? err).split(/\s+/).join(' ')}`;
-}
-
-// The library's own log: this run's file instead of the console.
-function fileLogger(path) {
-  const line = level => (...parts) => {
-    if (path) appendFileSync(path, `${new Date().toISOString()} [${level}] ${format(...parts)}\n`);
-  };
-  return { debug: line('DEBUG'), info: line('INFO'), warn: line('WARN'), error: line('ERROR') };
-}
-
-let stopping = false;
-let wake = () => {};
-for (const sig of [ 'SIGTERM', 'SIGINT' ]) {
-  process.on(sig, () => {
-    stopping = true;
-    wake();
-  });
-}
-function pause(ms) {
-  return new Promise(resolve => {
-    const timer = setTimeout(resolve, ms);
-    wake = () => {
-      clearTimeout(timer);
-      resolve();
-    };
-  });
-}
-
-function withTimeout(promise, ms, what) {
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took more than ${ms} ms`)), ms);
-  });
-  return Promise.race([ promise, timeout ]).finally(() => clearTimeout(timer));
-}
+const event = eventWriter(args.out);
 
 const common = {
   ...DUMMY_KEYS,
@@ -156,7 +113,7 @@ async function produce() {
   if (!await start(producer)) return;
   const count = Number(args.count);
   let seq = 0;
-  while (!stopping && (count === 0 || seq < count)) {
+  while (!signals.stopping && (count === 0 || seq < count)) {
     const id = `${args['id-prefix']}${String(seq).padStart(9, '0')}`;
     seq += 1;
     const msg = new Message(args.topic, args.tags, bodyOf(id));
@@ -178,7 +135,7 @@ async function produce() {
     }
     if (Number(args['interval-ms'])) await pause(Number(args['interval-ms']));
   }
-  while (!stopping) await pause(60000); // --count reached: stay until told, as the C++ driver does
+  while (!signals.stopping) await pause(60000); // --count reached: stay until told, as the C++ driver does
   await close(producer);
   event('stopped', { sent: seq });
 }
@@ -198,7 +155,7 @@ async function consume() {
     });
   });
   if (!await start(consumer)) return;
-  while (!stopping) await pause(60000);
+  while (!signals.stopping) await pause(60000);
   await close(consumer);
   event('stopped', { received });
 }

@@ -80,7 +80,10 @@ def test_produce_then_push_consume(tmp_path, kind):
             assert {e["msg_id"] for e in sent.of("ack")} <= {e["msg_id"] for e in got.of("delivery")}
             # its offsets are the ones the dashboard shows: the group's lag drains to 0
             wait_for(lambda: (consumer_group(group) or {}).get("topics", [{}])[0].get("lag") == 0, 60, "the group's lag at 0")
-        assert got.of("route_fail", "client_error") == []
+        # A new group's retry topic is created by its first heartbeat: a client that asks its route
+        # before (ali-ons, as Java's clients do) is told 17 once, and routes it at its next poll.
+        failed = [e for e in got.of("route_fail", "client_error") if f"%RETRY%{group}" not in e["error"]]
+        assert failed == []
         assert [e["kind"] for e in got.of("started", "stopped")] == ["started", "stopped"]
 
 
