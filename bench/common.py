@@ -15,7 +15,7 @@ from testkit.controlplane import standalone_env as bench_env
 from testkit.pacing import Pace
 from testkit.procs import ARTIFACTS, ROOT
 
-__all__ = ["ROOT", "bench_env", "clear_redis_prefix", "paced", "prepare_database", "server", "setup_django"]
+__all__ = ["ROOT", "bench_env", "clear_redis_prefix", "paced", "prepare_database", "server", "server_log_dir", "setup_django"]
 
 
 def setup_django(env: dict[str, str]) -> None:
@@ -26,12 +26,16 @@ def setup_django(env: dict[str, str]) -> None:
     django.setup()
 
 
+def server_log_dir() -> Path:
+    """Where a bench's server processes log: the demo's .data/ when there is one, else test-artifacts/."""
+    return ROOT / ".data" if (ROOT / ".data").is_dir() else ARTIFACTS
+
+
 @contextmanager
 def server(env: dict[str, str], port: int | None = None, workers: int = 1, ws_impl: str = "websockets-sansio") -> Iterator[str]:
     """The control plane's web server (uvloop + httptools, as in the demo) until the block ends; yields its URL.
     ``port``: None for a reserved one (testkit.ports)."""
-    log_dir = ROOT / ".data" if (ROOT / ".data").is_dir() else ARTIFACTS
-    with running_web(env, log_dir, port=port, workers=workers, ws=ws_impl, fast=True, log_level="warning") as url:
+    with running_web(env, server_log_dir(), port=port, workers=workers, ws=ws_impl, fast=True, log_level="warning") as url:
         yield url
 
 

@@ -25,8 +25,6 @@ import multiprocessing
 import os
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -40,12 +38,11 @@ from bench.common import (  # noqa: E402
     paced,
     prepare_database,
     server,
+    server_log_dir,
     setup_django,
 )
-from testkit.controlplane import remoting_argv  # noqa: E402
+from testkit.controlplane import remoting_nameserver  # noqa: E402
 from testkit.pacing import Pace  # noqa: E402
-from testkit.ports import free_port  # noqa: E402
-from testkit.procs import ARTIFACTS, ROOT, Process  # noqa: E402
 from testkit.stats import percentile  # noqa: E402
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -193,20 +190,6 @@ async def rest_phase(base: str, token: str, addrs: list[str], seconds: float, co
     return count / seconds
 
 
-@contextmanager
-def remoting_endpoint(env: dict[str, str]) -> Iterator[str]:
-    """The nameserver's remoting endpoint (``manage.py serve_remoting``) on the run's database and
-    Redis prefix, as the demo starts it; yields its address."""
-    port = free_port()
-    log_dir = ROOT / ".data" if (ROOT / ".data").is_dir() else ARTIFACTS
-    proc = Process("ns-remoting", remoting_argv(port), log_dir / f"ns-remoting-{port}-{os.getpid()}.log", env)
-    try:
-        proc.start().wait_port(port, 60)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.stop()
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--brokers", type=int, default=1000)
@@ -232,7 +215,7 @@ def main() -> None:
     from controlplane.models import ApiToken
 
     _, token = ApiToken.issue("bench", "admin")
-    with server(env, args.port, args.workers, args.ws_impl) as base, remoting_endpoint(env) as namesrv:
+    with server(env, args.port, args.workers, args.ws_impl) as base, remoting_nameserver(env, server_log_dir()) as namesrv:
         log(f"control plane up at {base} ({args.workers} worker(s), {args.ws_impl}); registering {args.brokers} brokers")
         addrs = asyncio.run(register_all(base, token, args.brokers))
         log(f"REST phase: {args.rest_concurrency} concurrent clients, {args.seconds:.0f} s")

@@ -61,6 +61,19 @@ def remoting_argv(port: int, *, host: str = "127.0.0.1", reuse_port: bool = Fals
     return argv + ["--reuse-port"] if reuse_port else argv
 
 
+@contextmanager
+def remoting_nameserver(env: dict[str, str], log_dir: Path, port: int | None = None) -> Iterator[str]:
+    """``manage.py serve_remoting`` on ``env``'s database and Redis prefix until the block ends (what a
+    remoting client calls namesrvAddr); yields its address. ``port``: None for a reserved one."""
+    port = port or free_port()
+    proc = Process(f"ns-remoting-{port}", remoting_argv(port), log_dir / f"ns-remoting-{port}-{os.getpid()}.log", env)
+    try:
+        proc.start().wait_port(port, START_TIMEOUT_S)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
 def celery_worker_argv(concurrency: int = 1) -> list[str]:
     """A Celery worker on the default queue; one process (solo pool, no gossip) unless ``concurrency`` > 1."""
     argv = python("-m", "celery", "-A", CELERY_APP, "worker", "-l", "INFO", "--concurrency", str(concurrency), "-Q", "celery")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,8 +25,7 @@ from chaos.remoting_clients import remoting_client
 from mqrules.remoting.codes import RequestCode, ResponseCode
 from mqrules.remoting.decoder import FrameDecoder
 from mqrules.remoting.frame import LanguageCode, RemotingCommand, SerializeType, encode_frame
-from testkit.controlplane import remoting_argv
-from testkit.ports import free_port
+from testkit.controlplane import remoting_nameserver as testkit_remoting_nameserver
 from testkit.procs import Process
 from tests.e2e.test_broker_membership import wait_for
 from tests.nameserver.helpers import NS, register_body
@@ -114,16 +113,9 @@ class RecordingBroker:
             t.join(5)
 
 
-@contextmanager
-def remoting_nameserver() -> Iterator[str]:
+def remoting_nameserver() -> AbstractContextManager[str]:
     """``manage.py serve_remoting`` on the test database (what clients call namesrvAddr); yields its address."""
-    port = free_port()
-    proc = Process(f"ns-remoting-{port}", remoting_argv(port), ARTIFACTS / f"ns-remoting-{port}.log", child_env())
-    try:
-        proc.start().wait_port(port, 60)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.stop()
+    return testkit_remoting_nameserver(child_env(), ARTIFACTS)
 
 
 @pytest.fixture
