@@ -15,8 +15,9 @@ Events (every line also has ``t`` and ``kind``):
             ``receive_fail`` {error}                 a ``receive`` raised
   both      ``started``, ``stopped`` (and ``start_fail`` {error} while ``startup`` fails)
 
-``id`` is the message body the producer chose (``<prefix><sequence>``), ``msg_id`` the client's own
-message id. The client library's log goes to ``--client-log`` instead of ~/logs/rocketmq_python.
+``id`` is the message body the producer chose (``<prefix><sequence>``, padded with ``.`` to
+``--body-bytes``), ``msg_id`` the client's own message id. The client library's log goes to
+``--client-log`` instead of ~/logs/rocketmq_python.
 
 The SimpleConsumer of rocketmq-python-client 5.1.2 picks a queue at random for each receive (it builds
 a new queue selector, with a random start, on every call and keeps the first one unused), and a
@@ -48,8 +49,15 @@ from .workload import Ack
 
 CLIENT_NODE = "official-client"  # an Ack's node: the client does not say which broker answered
 STARTUP_RETRY_S = 0.5
+PAD = b"."  # --body-bytes pads a body with it (ids never end with it)
 
 # --- the child processes ------------------------------------------------------------------------------
+
+
+def padded(message_id: str, body_bytes: int) -> bytes:
+    """The body of a message: its id, padded with PAD to ``body_bytes``."""
+    head = message_id.encode()
+    return head + PAD * max(0, body_bytes - len(head))
 
 
 def describe(exc: BaseException) -> str:
@@ -104,7 +112,7 @@ def produce(args: argparse.Namespace) -> int:
             message_id = f"{args.id_prefix}{seq:09d}"
             seq += 1
             msg = Message()
-            msg.topic, msg.body = args.topic, message_id.encode()
+            msg.topic, msg.body = args.topic, padded(message_id, args.body_bytes)
             sent = time.time()
             try:
                 receipt = producer.send(msg)
@@ -143,7 +151,7 @@ def consume(args: argparse.Namespace) -> int:
                 stop.wait(args.failure_pause_s)
                 continue
             for m in messages:
-                message_id = m.body.decode(errors="replace")
+                message_id = m.body.rstrip(PAD).decode(errors="replace")
                 received += 1
                 events.write("delivery", id=message_id, msg_id=m.message_id, attempt=m.delivery_attempt)
                 try:
@@ -170,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     produce_args, consume_args = sub.choices["produce"], sub.choices["consume"]
     produce_args.add_argument("--interval-ms", type=float, default=5.0, help="pause after each send")
     produce_args.add_argument("--id-prefix", default="m-")
+    produce_args.add_argument("--body-bytes", type=int, default=0, help="pad each body to this size")
     consume_args.add_argument("--group", required=True)
     consume_args.add_argument("--batch", type=int, default=32)
     consume_args.add_argument("--invisible-s", type=int, default=30)

@@ -16,12 +16,15 @@ Events (every line has ``t``, seconds since the epoch, and ``kind``):
                                                   answered another status (``error`` names it; the
                                                   message may be stored but is not acknowledged)
   consumer  ``delivery`` {id, msg_id, attempt, queue_id, queue_offset, tags}   the listener was called
+            ``progress`` {received, distinct, first, last}   instead of ``delivery``, every ``--progress-ms``:
+                                                  deliveries so far, distinct (queue id, queue offset)
+                                                  among them, the first and the latest one's time
             ``route_ok`` {topic, queues} | ``route_fail`` {topic, error}   see ``wait_for_route``
   both      ``started`` | ``start_fail`` {error} | ``stopped`` | ``crash`` {error}
 
 ``id`` is ``<prefix><sequence>``: the message's user property ``HA_ID`` and the start of its body (the
 body is padded with ``.`` to ``--body-bytes``); ``msg_id`` is what the client calls the message id
-(the broker's offset message id from SEND_MESSAGE's reply, ``RecvMessage.id`` on delivery);
+(``SendResult.msg_id``, the message's UNIQ_KEY, which names no broker; ``RecvMessage.id`` on delivery);
 ``attempt`` is the message's reconsume times + 1.
 
 The C++ client logs to ``$HOME/logs/rocketmq-cpp/`` (its log path setters do nothing in 1.2.x):
@@ -137,9 +140,18 @@ def consume(args: argparse.Namespace, events: EventWriter, stop: threading.Event
     consumer.set_thread_count(args.thread_count)
     received = 0
     counter = threading.Lock()
+    seen: set[tuple[int, int]] = set()  # --progress-ms: (queue id, queue offset) of each delivery
+    span: list[float] = []  # --progress-ms: the first and the latest delivery's time
 
     def on_message(message) -> None:
         nonlocal received
+        if args.progress_ms:
+            at, key = time.time(), (message.queue_id, message.queue_offset)
+            with counter:
+                received += 1
+                seen.add(key)
+                span[1:] = [at] if span else [at, at]
+            return
         with counter:
             received += 1
         events.write(
@@ -162,7 +174,10 @@ def consume(args: argparse.Namespace, events: EventWriter, stop: threading.Event
         return
     events.write("started")
     wait_for_route(args, events, stop)
-    stop.wait()
+    while not stop.wait(args.progress_ms / 1000 if args.progress_ms else None):
+        with counter:
+            if span:
+                events.write("progress", received=received, distinct=len(seen), first=span[0], last=span[1])
     consumer.shutdown()
     events.write("stopped", received=received)
 
@@ -230,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     consume_args.add_argument("--thread-count", type=int, default=2)
     consume_args.add_argument("--consume-ms", type=float, default=0.0, help="time each message takes to consume")
     consume_args.add_argument("--route-check-ms", type=int, default=2000, help="while the topic has no route")
+    consume_args.add_argument(
+        "--progress-ms", type=int, default=0, help="no delivery events: a progress event this often (a load of many messages)"
+    )
     args = p.parse_args(argv)
 
     stop = stop_on_signals()
