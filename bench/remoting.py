@@ -14,17 +14,24 @@ Phases (``--phases``, comma-separated, default all; ``failover`` = kills,acting)
           client's (rocketmq-python-client, chaos/official_client.py, every replica's gRPC address as
           its access point), each for ``--send-s`` (20) after all processes had an answer and
           ``--warmup-s`` (3) more. remoting_sends_per_s / grpc_sends_per_s count the answers with
-          SEND_OK / a receipt inside that window; remoting_vs_grpc is their ratio (goal >= 2).
+          SEND_OK / a receipt inside that window; remoting_vs_grpc is their ratio (goal >= 2). Where
+          the time goes: each kind's latency (p50, p99) and the CPU per send of the master, the whole
+          group and the senders, beside the group's CPU with no client (``idle_cpu_pct``).
   pull    ``--messages`` (200,000) 1 KiB messages preloaded into a topic of ``--pull-queues`` (8)
           queues (batched gRPC SendMessage to the master, 32 a request), replicated everywhere; then
           the C++ push consumer of a new group drains them. pull_msgs_per_s: messages over the time
-          from its first delivery to its last (goal >= 50,000); pull_drain_s from its start.
+          from its first delivery to its last (goal >= 50,000); drain_s from its start, with the CPU
+          the master and the consumer process spent per message meanwhile. The consumer writes a
+          progress event every 200 ms, not a line per delivery (clients/remoting-py/client.py).
   kills   the C++ producer sends (``--interval-ms`` 5 between answers) to a topic on both broker
           sets; ``--kills`` (10) kill -9 of chaos-a's master, each restarted and back in sync before
           the next, which waits until the producer's sends reach chaos-a's new master (the client
           polls its routes every 30 s). send_gap_s_median: per kill, the longest time without a
           SEND_OK from the kill to ``--window-s`` (10) after it (goal <= 1: the client's retries go
           to chaos-b); acked_lost: acknowledged ids a new consumer group never receives (goal 0).
+          A send in flight to the master when it dies waits for the client's send timeout
+          (``--send-timeout-ms``, 3,000 by default as in the client) before it is retried: the C++
+          client 1.2.x sees its connection close but fails the request only at its timeout.
   acting  the C++ push consumer runs caught up; per trial (``--kills`` of them): the consumer is
           held (SIGSTOP), ``--backlog`` (1,000) messages are sent to the master, the master is
           killed (kill -9) and the consumer let go (SIGCONT); then the master is restarted and,
@@ -284,7 +291,19 @@ def send_rate(procs: list[tuple[Process, EventLog]], h: Harness, warmup_s: float
     return out
 
 
+def idle_cpu_pct(h: Harness, seconds: float = 3.0) -> dict[str, float]:
+    """The CPU the master and the whole group use with no client at all (heartbeats, HA, timers), in
+    percent of one core: what the CPU per send includes besides the sends."""
+    master, brokers = [h.master_node().process], [n.process for n in h.nodes]
+    before = [cpu_s(master), cpu_s(brokers)]
+    time.sleep(seconds)
+    after = [cpu_s(master), cpu_s(brokers)]
+    return {"master": round((after[0] - before[0]) / seconds * 100, 1), "group": round((after[1] - before[1]) / seconds * 100, 1)}
+
+
 def sends_phase(b: Bed, args) -> dict:
+    idle = idle_cpu_pct(b.h)
+    log(f"sends: idle CPU (% of a core) {idle}")
     log(f"sends: {args.senders} C++ client processes, send_sync of {BODY_BYTES} B, {args.send_s:g} s")
     opts = ("--interval-ms", "0", "--body-bytes", str(BODY_BYTES))
     cpp = [
@@ -305,7 +324,7 @@ def sends_phase(b: Bed, args) -> dict:
         "remoting_sends_per_s": remoting["sends_per_s"],
         "grpc_sends_per_s": grpc_["sends_per_s"],
         "remoting_vs_grpc": None if ratio is None else round(ratio, 2),
-        "sends": {"remoting": remoting, "grpc": grpc_, "senders": args.senders, "send_s": args.send_s},
+        "sends": {"remoting": remoting, "grpc": grpc_, "senders": args.senders, "send_s": args.send_s, "idle_cpu_pct": idle},
     }
 
 
@@ -327,6 +346,7 @@ def pull_phase(b: Bed, args) -> dict:
         seen = events.of("progress")
         return seen[-1] if seen else {"distinct": 0, "received": 0}
 
+    master_cpu = cpu_s([master.process])
     started = time.time()
     proc.start()
     try:
@@ -336,6 +356,7 @@ def pull_phase(b: Bed, args) -> dict:
             "every message pulled",
         )
         drain_s = time.time() - started
+        cpu = [cpu_s([master.process]) - master_cpu, cpu_s([proc])]
     finally:
         proc.stop()
     last = progress()
@@ -350,6 +371,10 @@ def pull_phase(b: Bed, args) -> dict:
             "drain_s": round(drain_s, 2),
             "first_delivery_s": round(last["first"] - started, 2),
             "preload_msgs_per_s": round(rate, 1),
+            # the drain's CPU (from the consumer's start): the broker's side and the client's
+            "master_cpu_us_per_msg": round(cpu[0] / args.messages * 1e6, 1),
+            "consumer_cpu_us_per_msg": round(cpu[1] / args.messages * 1e6, 1),
+            "consumer_cpu_pct": round(cpu[1] / drain_s * 100, 1),
         },
     }
     log(f"  {out}")
@@ -412,6 +437,8 @@ def kills_phase(b: Bed, args) -> dict:
             str(args.interval_ms),
             "--body-bytes",
             str(BODY_BYTES),
+            "--timeout-ms",
+            str(args.send_timeout_ms),
             "--group",
             "bench-kills",
             "--id-prefix",
@@ -632,6 +659,7 @@ def main() -> int:
     p.add_argument("--kills", type=int, default=10, help="kills and acting: trials of each")
     p.add_argument("--window-s", type=float, default=10.0, help="kills: a trial's window for the send gap")
     p.add_argument("--interval-ms", type=float, default=5.0, help="kills: the producer's pause after each answer")
+    p.add_argument("--send-timeout-ms", type=int, default=3000, help="kills: the C++ producer's send timeout (its default)")
     p.add_argument("--drain-s", type=float, default=180.0, help="kills: the checking consumer's time to receive every ack")
     p.add_argument("--backlog", type=int, default=1000, help="acting: messages sent while the consumer is held")
     p.add_argument("--settle-s", type=float, default=8.0, help="acting: after the last trial, before counting redeliveries")
