@@ -35,8 +35,12 @@ Phases (``--phases``, comma-separated, default all; ``failover`` = kills,acting)
   acting  the C++ push consumer runs caught up; per trial (``--kills`` of them): the consumer is
           held (SIGSTOP), ``--backlog`` (1,000) messages are sent to the master, the master is
           killed (kill -9) and the consumer let go (SIGCONT); then the master is restarted and,
-          once the route names it id 0 again, the consumer restarted (it takes its offsets from the
-          master, which took them back from the acting slave at pre-online).
+          ``--restart-after-s`` (35: the client's route poll + its offset persist interval) after
+          the route names it id 0 again, the consumer is restarted: it takes its offsets from the
+          master, which took them back from the acting slave at pre-online and got the client's
+          later commits once the client's route named it again. With ``--restart-after-s 0`` the
+          new consumer gets again what the old one consumed after the master's pre-online sync (its
+          commits went to the slave, which refuses them once it no longer acts).
           consume_resumed_s_median: the kill -> the first delivery the master cannot have served,
           a queue offset at least ``PULLED_BEFORE_KILL`` (32) past that queue's end before the backlog
           (the held consumer had at most one pull of 32 per queue answered; goal <= the client's
@@ -45,7 +49,7 @@ Phases (``--phases``, comma-separated, default all; ``failover`` = kills,acting)
 
 The last line printed is one JSON object (goals under ``goals``; per-trial details in the run
 folder's report.json). Default run time: about 20 minutes on an idle machine (sends 1 min, pull 1-2
-min, kills and acting 8 min each, plus three minutes of starting beds). Quick:
+min, kills 3-5 min, acting 8-9 min, starting the two beds 2 min). Quick:
 ``--phases sends,pull --messages 20000 --send-s 5`` or ``--phases failover --kills 1``.
 
     DATABASE_URL=... REDIS_URL=... .venv/bin/python bench/remoting.py [--phases sends,pull,kills,acting]
@@ -221,9 +225,8 @@ class Bed:
         def everywhere() -> bool:
             route = self.h.api.route(topic) or {}
             return {b["brokerName"] for b in route.get("brokerDatas", [])} >= set(broker_names) and all(
-                topic in json.loads(p.read_text())["topicConfigTable"]
+                (p := n.root / "config" / "topics.json").exists() and topic in json.loads(p.read_text())["topicConfigTable"]
                 for n in self.h.nodes
-                if (p := n.root / "config" / "topics.json").exists()
             )
 
         wait_until(everywhere, START_TIMEOUT_S, f"topic {topic} on every broker and in the route")
@@ -560,10 +563,11 @@ class ActingBed:
         self.sent += 100
         wait_until(self.caught_up, START_TIMEOUT_S, "the first 100 messages delivered")
 
-    def trial(self, i: int, backlog: int) -> ActingTrial:
+    def trial(self, i: int, backlog: int, restart_after_s: float) -> ActingTrial:
         """Hold the caught-up consumer, send ``backlog``, kill -9 the master, let the consumer go; wait
         for a delivery the master cannot have served and for the backlog; restart the master, wait
-        until it is id 0 again, restart the consumer."""
+        until it is id 0 again, and ``restart_after_s`` later restart the consumer, then send it a
+        marker per queue (a consumer that delivered those is up: the next trial may hold it)."""
         wait_until(self.caught_up, TRIAL_TIMEOUT_S, "the consumer caught up")
         ends = max_offsets(self.master_remoting, TOPIC, QUEUES)
         self.consumer.pause()
@@ -586,8 +590,11 @@ class ActingBed:
         self.master.process.start()
         wait_until(self.master_routed, TRIAL_TIMEOUT_S, "the master back as id 0")
         t.master_back_s = round(time.time() - t.at, 3)
+        time.sleep(restart_after_s)
         self.consumer.stop()  # a new one takes the group's offsets from the master
         self.consumer.start()
+        preload(self.master.grpc_addr, TOPIC, QUEUES, f"r{i}-")
+        self.sent = sum(max_offsets(self.master_remoting, TOPIC, QUEUES).values())
         return t
 
 
@@ -597,7 +604,7 @@ def acting_phase(b: Bed, args) -> dict:
     try:
         bed_.start()
         for i in range(args.kills):
-            trials.append(bed_.trial(i, args.backlog))
+            trials.append(bed_.trial(i, args.backlog, args.restart_after_s))
             log(f"acting trial {i + 1}/{args.kills}: {asdict(trials[-1])}")
         wait_until(bed_.caught_up, TRIAL_TIMEOUT_S, "the consumer caught up at the end")
         time.sleep(args.settle_s)  # a late redelivery shows
@@ -662,6 +669,12 @@ def main() -> int:
     p.add_argument("--send-timeout-ms", type=int, default=3000, help="kills: the C++ producer's send timeout (its default)")
     p.add_argument("--drain-s", type=float, default=180.0, help="kills: the checking consumer's time to receive every ack")
     p.add_argument("--backlog", type=int, default=1000, help="acting: messages sent while the consumer is held")
+    p.add_argument(
+        "--restart-after-s",
+        type=float,
+        default=ROUTE_POLL_S + 5,
+        help="acting: the master back as id 0 -> the consumer's restart (0: at once, before it can commit to the master)",
+    )
     p.add_argument("--settle-s", type=float, default=8.0, help="acting: after the last trial, before counting redeliveries")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
