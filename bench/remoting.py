@@ -33,8 +33,10 @@ Phases (``--phases``, comma-separated, default all; ``failover`` = kills,acting)
           (``--send-timeout-ms``, 3,000 by default as in the client) before it is retried: the C++
           client 1.2.x sees its connection close but fails the request only at its timeout.
   acting  the C++ push consumer runs caught up; per trial (``--kills`` of them): the consumer is
-          held (SIGSTOP), ``--backlog`` (1,000) messages are sent to the master, the master is
-          killed (kill -9) and the consumer let go (SIGCONT); then the master is restarted and,
+          held (SIGSTOP) at a random point (``--seed``) of its 30 s route poll cycle (it reads the
+          route that names the slave id 0 only at its next poll), ``--backlog`` (1,000) messages
+          are sent to the master, the master is killed (kill -9) and the consumer let go
+          (SIGCONT); then the master is restarted and,
           ``--restart-after-s`` (35: the client's route poll + its offset persist interval) after
           the route names it id 0 again, the consumer is restarted: it takes its offsets from the
           master, which took them back from the acting slave at pre-online and got the client's
@@ -48,8 +50,8 @@ Phases (``--phases``, comma-separated, default all; ``failover`` = kills,acting)
           already delivered / deliveries (goal <= 0.001).
 
 The last line printed is one JSON object (goals under ``goals``; per-trial details in the run
-folder's report.json). Default run time: about 20 minutes on an idle machine (sends 1 min, pull 1-2
-min, kills 3-5 min, acting 8-9 min, starting the two beds 2 min). Quick:
+folder's report.json). Default run time: about 25 minutes on an idle machine (sends 1 min, pull 1-2
+min, kills 3-5 min, acting 12-14 min, starting the two beds 2 min). Quick:
 ``--phases sends,pull --messages 20000 --send-s 5`` or ``--phases failover --kills 1``.
 
     DATABASE_URL=... REDIS_URL=... .venv/bin/python bench/remoting.py [--phases sends,pull,kills,acting]
@@ -64,6 +66,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import sys
 import time
 from collections.abc import Iterator
@@ -537,8 +540,9 @@ class ActingTrial:
 class ActingBed:
     """The classic bed's master, its slaves and the C++ push consumer of one group on ChaosTopic."""
 
-    def __init__(self, b: Bed):
+    def __init__(self, b: Bed, seed: int):
         self.h = b.h
+        self.rng = random.Random(seed)
         self.master, self.slaves = b.h.nodes[0], b.h.nodes[1:]
         self.master_remoting = f"127.0.0.1:{self.master.listen_port}"
         self.consumer, self.got = cpp_client(
@@ -569,6 +573,8 @@ class ActingBed:
         until it is id 0 again, and ``restart_after_s`` later restart the consumer, then send it a
         marker per queue (a consumer that delivered those is up: the next trial may hold it)."""
         wait_until(self.caught_up, TRIAL_TIMEOUT_S, "the consumer caught up")
+        # The client polls its routes every 30 s from its start: the kill at a random point of that cycle.
+        time.sleep(self.rng.uniform(0, ROUTE_POLL_S))
         ends = max_offsets(self.master_remoting, TOPIC, QUEUES)
         self.consumer.pause()
         preload(self.master.grpc_addr, TOPIC, backlog, f"a{i}-")
@@ -599,7 +605,7 @@ class ActingBed:
 
 
 def acting_phase(b: Bed, args) -> dict:
-    bed_ = ActingBed(b)
+    bed_ = ActingBed(b, args.seed)
     trials: list[ActingTrial] = []
     try:
         bed_.start()
@@ -675,6 +681,7 @@ def main() -> int:
         default=ROUTE_POLL_S + 5,
         help="acting: the master back as id 0 -> the consumer's restart (0: at once, before it can commit to the master)",
     )
+    p.add_argument("--seed", type=int, default=36, help="acting: where in the client's route poll cycle each kill falls")
     p.add_argument("--settle-s", type=float, default=8.0, help="acting: after the last trial, before counting redeliveries")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args()
