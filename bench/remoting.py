@@ -436,6 +436,7 @@ class KillTrial:
 def kills_phase(b: Bed, args) -> dict:
     h = b.h
     trials: list[KillTrial] = []
+    problems: list[str] = []
     with second_set(b) as set_b_port:
         b.create_topic(KILLS_TOPIC, QUEUES, (GROUP, SET_B))
         opts = (
@@ -465,11 +466,15 @@ def kills_phase(b: Bed, args) -> dict:
             wait_until(lambda: stored(set_b, KILLS_TOPIC, QUEUES) > 0, START_TIMEOUT_S, "a send stored on chaos-b")
             for i in range(args.kills):
                 before = on_master()
-                wait_until(
-                    lambda before=before: producer.check_alive() and on_master() > before,
-                    TRIAL_TIMEOUT_S,
-                    "the producer sending to chaos-a's master",
-                )
+                try:
+                    wait_until(
+                        lambda before=before: producer.check_alive() and on_master() > before,
+                        TRIAL_TIMEOUT_S,
+                        "the producer sending to chaos-a's master",
+                    )
+                except TimeoutError as exc:  # report the trials made
+                    problems.append(f"before kill {i + 1}: {exc}")
+                    break
                 fault = ClientKill9(h, sent)
                 r = fault.run()
                 trials.append(KillTrial(r.at_wall, r.detect_s, r.heal_s, problems=tuple(r.problems)))
@@ -518,6 +523,7 @@ def kills_phase(b: Bed, args) -> dict:
             "failed_sends": len(fail_times),
             "acked": len(acked),
             "stored_on_sets": stored_on_sets,
+            "problems": problems,
             "election_s_median": rounded_median([t.election_s for t in trials if t.election_s is not None]),
             "lost_sample": sorted(lost)[:5],
             "detail": [asdict(t) for t in trials],
