@@ -631,6 +631,10 @@ def acting_phase(b: Bed, args) -> dict:
         "acting": {
             "trials": len(trials),
             "consume_resumed_s_max": max(resumed, default=None),
+            # the kill -> the whole backlog delivered (the C++ client resumes each queue on its own)
+            "backlog_delivered_s_median": rounded_median(
+                [t.backlog_delivered_s for t in trials if t.backlog_delivered_s is not None]
+            ),
             "deliveries": len(deliveries),
             "redelivered": redelivered,
             "messages": bed_.sent,
