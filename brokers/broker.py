@@ -288,6 +288,7 @@ class Broker:
         await cancel_and_wait(self._pre_online)
         if self.remoting_service is not None:
             self.remoting.withdraw(self.remoting_service.handlers(), "the broker is shutting down")
+            await self.remoting_service.close()
         if self.grpc_server is not None:
             await cancel_and_wait(self._revive, self._transactions)
             await self.grpc_server.stop(grace=2)

@@ -27,6 +27,7 @@ Where the pull's status comes from (Java's ``DefaultMessageStore.getMessage`` an
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from mqrules.remoting.codes import RequestCode, ResponseCode
@@ -55,9 +56,12 @@ from ..store.consumequeue import tags_code
 from ..store.message import Message, decode
 from ..store.results import PutMessageStatus
 from ..store.store import MessageStore
+from ..tasks import cancel_and_wait
 from ..topics import PERM_READ, TopicConfigManager
 from .clients import ClientRegistry
 from .server import Connection
+
+log = logging.getLogger("brokers.remoting")
 
 FLAG_COMMIT_OFFSET, FLAG_SUSPEND, FLAG_SUBSCRIPTION = 0x1, 0x2, 0x4  # PullSysFlag
 MAX_PULL_COUNT = 32  # maxTransferCountOnMessageInMemory
@@ -95,6 +99,9 @@ class ConsumerHandler:
     ):
         self.consuming, self.sending, self.store, self.topics, self.clients = consuming, sending, store, topics, clients
         self.serving, self.writer = serving, writer
+        self._pending: dict[tuple[str, str, int], int] = {}  # a pull's commit not written yet, per queue
+        self._committing: set[tuple[str, str, int]] = set()  # queues whose commit is being written
+        self._tasks: set[asyncio.Task] = set()
 
     def handlers(self) -> dict[int, Callable]:
         return {
@@ -137,10 +144,7 @@ class ConsumerHandler:
             return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "SQL92 filtering is not served by this broker")
         codes = tag_codes(expression)
         if flags & FLAG_COMMIT_OFFSET and int(h["commitOffset"]) >= 0 and self.serving():  # type: ignore[arg-type]
-            try:
-                await self.consuming.commit_offset(group, topic, queue_id, int(h["commitOffset"]))  # type: ignore[arg-type]
-            except NotStored:
-                pass  # the client commits again (every pull carries it; every 5 s by itself)
+            self.commit_later((group, topic, queue_id), int(h["commitOffset"]))  # type: ignore[arg-type]
         count = max(1, min(int(h["maxMsgNums"]), MAX_PULL_COUNT))  # type: ignore[arg-type]
         suspend_s = min(max(int(h["suspendTimeoutMillis"]), 0) / 1000, MAX_SUSPEND_S) if flags & FLAG_SUSPEND else 0.0  # type: ignore[arg-type]
         loop = asyncio.get_running_loop()
@@ -157,6 +161,32 @@ class ConsumerHandler:
             "maxOffset": self.store.max_queue_offset(topic, queue_id),
         }
         return request.response(code, None, ext_fields=encode_header(header, PULL_MESSAGE_RESPONSE), body=body)
+
+    def commit_later(self, key: tuple[str, str, int], offset: int) -> None:
+        """The commit a pull carries, written without holding the pull up (Java keeps it in memory):
+        the latest one per queue, one write per queue at a time; a newer commit that arrives meanwhile
+        replaces the one waiting. The client commits on its own every 5 s too (UPDATE_CONSUMER_OFFSET,
+        answered once written)."""
+        self._pending[key] = offset
+        if key not in self._committing:
+            self._committing.add(key)
+            task = asyncio.get_running_loop().create_task(self._commit_pending(key))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _commit_pending(self, key: tuple[str, str, int]) -> None:
+        try:
+            while (offset := self._pending.pop(key, None)) is not None:
+                try:
+                    await self.consuming.commit_offset(*key, offset)
+                except NotStored as exc:
+                    log.info("a pull's commit of %s/%s/%d at %d not stored (%s); the client commits again", *key, offset, exc)
+        finally:
+            self._committing.discard(key)
+
+    async def close(self) -> None:
+        """Cancel the commits still being written (stopping; the client commits again elsewhere)."""
+        await cancel_and_wait(*self._tasks)
 
     async def _read(
         self, topic: str, queue_id: int, offset: int, count: int, codes: frozenset[int] | None

@@ -69,11 +69,12 @@ class RemotingEndpoint:
         self.clients = ClientRegistry(group_added=self._group_added)
         self.locks = RebalanceLocks()
         addr = (config.brokerIP1, config.listenPort)
+        self.consumer = ConsumerHandler(
+            consuming, sending, store, topics, self.clients, serving=ports.serving, writer=ports.writer
+        )
         self._handlers: dict[int, Handler] = {
             **SendingHandler(sending, consuming, static, addr, ports.writer).handlers(),
-            **ConsumerHandler(
-                consuming, sending, store, topics, self.clients, serving=ports.serving, writer=ports.writer
-            ).handlers(),
+            **self.consumer.handlers(),
             **self.clients.handlers(),
             **LockHandler(
                 self.locks,
@@ -87,6 +88,9 @@ class RemotingEndpoint:
 
     def handlers(self) -> dict[int, Handler]:
         return dict(self._handlers)
+
+    async def close(self) -> None:
+        await self.consumer.close()
 
     def _group_added(self, group: str) -> None:
         """A consumer group's first heartbeat here: on the master, its retry topic exists from now on

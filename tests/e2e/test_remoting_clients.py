@@ -25,7 +25,7 @@ from chaos.remoting_clients import remoting_client
 from mqrules.remoting.codes import RequestCode, ResponseCode
 from mqrules.remoting.decoder import FrameDecoder
 from mqrules.remoting.frame import LanguageCode, RemotingCommand, SerializeType, encode_frame
-from testkit.controlplane import remoting_nameserver as testkit_remoting_nameserver
+from testkit.controlplane import remoting_nameserver as served_remoting_nameserver
 from testkit.procs import Process
 from tests.e2e.test_broker_membership import wait_for
 from tests.nameserver.helpers import NS, register_body
@@ -115,7 +115,7 @@ class RecordingBroker:
 
 def remoting_nameserver() -> AbstractContextManager[str]:
     """``manage.py serve_remoting`` on the test database (what clients call namesrvAddr); yields its address."""
-    return testkit_remoting_nameserver(child_env(), ARTIFACTS)
+    return served_remoting_nameserver(child_env(), ARTIFACTS)
 
 
 @pytest.fixture
