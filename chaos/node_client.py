@@ -30,8 +30,8 @@ def node_binary(package: Path = PACKAGE, missing: type[RuntimeError] = NodeClien
     if node is None:
         raise missing("node is not installed: run make doctor (it says what to install)")
     if not package.is_file():
-        client = package.parent.parent.parent.relative_to(ROOT)
-        raise missing(f"{package.parent} is missing: run make doctor (it installs {client} with npm ci)")
+        client = package.parent.parent.parent  # <client>/node_modules/<package>/package.json
+        raise missing(f"{package.parent} is missing: run make doctor (it installs {client.name} with npm ci)")
     return node
 
 

@@ -336,6 +336,9 @@ class DiskFull(SoakFault):
             # A master that stepped down is mended once it is back (its election, delayed while the
             # control plane could not hear, belongs to this fault, not to the next one).
             wait_until(lambda: self._logged(self.BACK), WHOLE_TIMEOUT_S, f"{node.name} back after stepping down")
+            # Back as master: nobody was elected (no replica in sync, or a control plane that could
+            # not hear most brokers left the master to expiry, controlplane/blindness.py), and none was due.
+            self.resumed_as_master = self._logged(self.BACK + b"MASTER")
         wait_until(lambda: self.h.rejoined_as_slave(node) or self.h.master_node() is node, WHOLE_TIMEOUT_S, f"{node.name} back")
 
 
@@ -439,14 +442,15 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     controller_back: float | None = None  # master and control plane killed together: when it answered again
     new_master_at: float | None = None  # the first election in [at, healed] that found a new master
+    resumed_as_master: bool = False  # a full master that stepped down came back as master: nobody was elected
 
     @property
     def expected_elections(self) -> int:
-        """A fault of the master needs one; a full disk does when it hit the master (its restart is
-        what moves the writes)."""
+        """A fault of the master needs one; a full disk does when it hit the master (its step-down is
+        what moves the writes), unless the master came back as master: then nobody was elected."""
         if self.kind in MASTER_FAULTS:
             return 1
-        return int(self.kind in DISK_FULL_KINDS and self.on_master)
+        return int(self.kind in DISK_FULL_KINDS and self.on_master and not self.resumed_as_master)
 
     @property
     def spurious(self) -> int:
@@ -813,6 +817,7 @@ def inject_one(fault: Fault, kind: str, producer_log: EventLog) -> Outcome:
     healed = getattr(fault, "healed", None) or time.time()
     outcome = Outcome(kind, r.node, r.at_wall, healed, on_master=r.node == r.old_master, problems=list(r.problems))
     outcome.controller_back = getattr(fault, "controlplane_back", None)
+    outcome.resumed_as_master = getattr(fault, "resumed_as_master", False)
     outcome.rto_s = rto(sorted(e["t"] for e in producer_log.of("ack")), outcome)
     return outcome
 

@@ -5,6 +5,7 @@ code of both ``python -m chaos.soak`` and bench/soak.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import Counter
@@ -390,3 +391,12 @@ def test_an_undelivered_message_is_told_with_its_groups_state_on_each_replica(tm
         f"n1: popOffset 10 ackedBelow 5: {state}; n2: the group has no state for the queue",
         "undelivered m-2 (acknowledged during no fault): not served by the final master",
     ]
+
+
+def test_a_full_master_that_came_back_as_master_was_due_no_election():
+    """It stepped down, and nobody was elected (no replica in sync, or a control plane that could not
+    hear most brokers left it to expiry): it resumes as master, and no election was missing."""
+    stepped_down = Outcome("disk-full-master", "n1", 0.0, 5.0, on_master=True)
+    assert stepped_down.expected_elections == 1
+    assert dataclasses.replace(stepped_down, resumed_as_master=True).expected_elections == 0
+    assert Outcome("disk-full", "n2", 0.0, 5.0, on_master=False).expected_elections == 0
