@@ -232,7 +232,7 @@ def test_send_back_goes_to_the_retry_topic_after_its_delay_and_to_the_dlq(tmp_pa
             assert (
                 c.request(RequestCode.CONSUMER_SEND_MSG_BACK, dead, CONSUMER_SEND_MSG_BACK_REQUEST).code == ResponseCode.SUCCESS
             )
-            [dlq] = decode_records(pull(c, 0, 0, topic="%DLQ%cg").body)
+            [dlq] = decode_records(pull(c, 0, 0, topic="%DLQ%cg", suspend_ms=15000).body)  # entries publish just after the ack
             assert dlq["body"] == b"body-2-1"
 
 
