@@ -10,7 +10,9 @@ the proxy does):
    acts for a dead one (``forwards_sends``);
 2. a send of no message: BAD_REQUEST;
 3. per message: its topic exists here (TOPIC_NOT_FOUND) and takes writes (FORBIDDEN); its body is
-   neither empty nor over MAX_BODY_SIZE; its message type is one its topic's type takes (the proxy's
+   neither empty nor over MAX_BODY_SIZE; no property's name or value holds a separator of the
+   record's properties (ILLEGAL_MESSAGE_PROPERTY_KEY: read back, it would be split into properties
+   of the sender's choosing); its message type is one its topic's type takes (the proxy's
    DefaultTopicMessageTypeValidator, MESSAGE_PROPERTY_CONFLICT_WITH_TYPE); its message group is one
    the proxy accepts (ILLEGAL_MESSAGE_GROUP, brokers/core/fifo.py), and picks its queue (or takes the
    one a remoting client chose); the type check is the proxy's ``enableTopicMessageTypeCheck``, never
@@ -32,6 +34,7 @@ from enum import Enum, IntEnum
 from typing import NamedTuple, Protocol
 
 from mqrules.logical_queues import TopicMapping
+from mqrules.remoting.properties import property_problem
 from mqrules.topic_attributes import TopicMessageType, accepted_send_types, type_conflict
 
 from .codes import Code, Status
@@ -238,6 +241,10 @@ def _admit_message(
         return Admission.refused(Code.MESSAGE_BODY_EMPTY)
     if size > rules.max_body_size:
         return Admission.refused(Code.MESSAGE_BODY_TOO_LARGE)
+    for key, value in out.properties.items():
+        problem = property_problem(key, value)
+        if problem is not None:
+            return Admission.refused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
     message_type, group, name = out.message_type, out.group, topic.topicName
     if message_type not in accepts and type_checked(name, rules.settings):
         return Admission.refused(

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 
 from isal.isal_zlib import crc32  # zlib's CRC-32, 4x faster than the zlib module's on 1 KB bodies
 
+from mqrules.remoting.properties import NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
+from mqrules.remoting.properties import decode_properties as read_properties
+
 from .results import PutMessageStatus
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
 END_FILE_MIN_BLANK_LENGTH = 8  # totalSize + magicCode
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
 MIN_TOPIC_LENGTH = 1
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
@@ -62,18 +63,17 @@ def body_crc(body: bytes) -> int:
 
 
 def encode_properties(props: Mapping[str, str]) -> bytes:
+    """The record's properties as written (the native codec writes the same): no check of the
+    separators here, admission refuses a property that holds one (brokers/core/admission.py)."""
     if not props:
         return b""
-    return "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+    return "".join([f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items()]).encode()
 
 
 def decode_properties(raw: bytes) -> dict[str, str]:
-    out = {}
-    for pair in raw.decode().split(PROPERTY_SEPARATOR):
-        if pair:
-            k, _, v = pair.partition(NAME_VALUE_SEPARATOR)
-            out[k] = v
-    return out
+    """The record's properties as Java reads them (mqrules/remoting/properties.py): a pair without a
+    name or a value is left out."""
+    return read_properties(raw.decode())
 
 
 @functools.lru_cache(maxsize=4096)

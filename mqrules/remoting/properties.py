@@ -11,16 +11,25 @@ PROPERTY_SEPARATOR = "\x02"
 _SEPARATORS = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
 
 
+def property_problem(name: str, value: str) -> str | None:
+    """Why a property cannot be written as one, or None: an empty name, or a separator in its name or
+    value (Java writes them and its reader then splits them wrong: a value holding ``\\x02`` would
+    smuggle in a property of the sender's choosing)."""
+    if not name or any(sep in name or sep in value for sep in _SEPARATORS):
+        return f"property {name!r:.40}: names are non-empty and neither names nor values hold \\x01 or \\x02"
+    return None
+
+
 def encode_properties(properties: Mapping[str, str | None]) -> str:
     """A property whose value is ``None`` is left out, as Java leaves out a null. Raises ``ValueError``
-    for an empty name or a name or value holding a separator (Java writes them and the reader then
-    splits them wrong)."""
+    for a property that cannot be written as one (``property_problem``)."""
     parts = []
     for name, value in properties.items():
         if value is None:
             continue
-        if not name or any(sep in name or sep in value for sep in _SEPARATORS):
-            raise ValueError(f"property {name!r:.40}: names are non-empty and neither holds \\x01 or \\x02")
+        problem = property_problem(name, value)
+        if problem is not None:
+            raise ValueError(problem)
         parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
     return "".join(parts)
 

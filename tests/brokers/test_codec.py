@@ -202,7 +202,7 @@ def test_each_codec_encodes_as_the_reference_and_records_decode_back(impl, tmp_p
         assert result.size == size == m.record_length(c_buf, pos)
         record = m.decode(c_buf, pos)
         assert (record.topic, record.queue_id, record.body) == (msg.topic, msg.queue_id, bytes(msg.body))
-        assert record.properties == {k: format(v) for k, v in msg.properties.items()}
+        assert record.properties == {k: format(v) for k, v in msg.properties.items() if format(v)}  # Java drops empty values
         assert (
             record.flag,
             record.sys_flag,

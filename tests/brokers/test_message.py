@@ -41,7 +41,8 @@ def test_encode_decode_round_trip(topic, queue_id, body, props, queue_offset, ph
     assert len(raw) == m.FIXED_SIZE + len(body) + len(topic.encode()) + len(m.encode_properties(props))
     assert m.record_length(raw) == len(raw)
     back = m.decode(raw)
-    assert (back.topic, back.queue_id, back.body, dict(back.properties), back.flag) == (topic, queue_id, body, props, flag)
+    read = {k: v for k, v in props.items() if v}  # Java's reading drops a property without a value
+    assert (back.topic, back.queue_id, back.body, dict(back.properties), back.flag) == (topic, queue_id, body, read, flag)
     assert (back.queue_offset, back.physical_offset, back.store_timestamp) == (queue_offset, physical_offset, 1700000000123)
     assert (back.born_host, back.store_host, back.reconsume_times) == (("10.1.2.3", 4567), ("127.0.0.1", 10911), reconsume)
 

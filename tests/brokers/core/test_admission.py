@@ -86,6 +86,24 @@ CONFLICT = Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
             id="too-large",
         ),
         pytest.param(
+            lambda: admit(msg(note="x\x02DELAY\x013")),
+            Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+            "property 'note': names are non-empty and neither names nor values hold \\x01 or \\x02",
+            id="a-value-that-would-read-back-as-another-property",
+        ),
+        pytest.param(
+            lambda: admit(msg(**{"a\x01b": "v"})),
+            Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+            "property 'a\\x01b': names are non-empty and neither names nor values hold \\x01 or \\x02",
+            id="a-separator-in-a-name",
+        ),
+        pytest.param(
+            lambda: admit(msg(**{"": "v"})),
+            Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+            "property '': names are non-empty and neither names nor values hold \\x01 or \\x02",
+            id="an-empty-name",
+        ),
+        pytest.param(
             lambda: admit(msg("Orders", mtype=NORMAL)),
             CONFLICT,
             "topic Orders is a FIFO topic (message.type) and accepts FIFO messages; this message is NORMAL",
