@@ -266,9 +266,9 @@ class ClientRegistry:
                 members.pop(cid, None)
             if gone:
                 self._in_background(self.notify_changed(group))
-        for members in self.producers.values():
-            for cid in [cid for cid, conn in members.items() if conn is connection]:
-                members.pop(cid, None)
+        for producers in self.producers.values():
+            for cid in [cid for cid, conn in producers.items() if conn is connection]:
+                producers.pop(cid, None)
 
     def _in_background(self, work) -> None:
         task = asyncio.get_running_loop().create_task(work)

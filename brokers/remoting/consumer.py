@@ -204,7 +204,8 @@ class ConsumerHandler:
         entries = await self.store.read_queue(topic, queue_id, offset, count)
         if not entries:  # holes only
             return ResponseCode.PULL_RETRY_IMMEDIATELY, min(offset + count, end), b""
-        taken, size, next_offset = [], 0, offset
+        taken: list[bytes] = []
+        size, next_offset = 0, offset
         for queue_offset, tags, raw in entries:
             if taken and size + len(raw) > MAX_PULL_BYTES:
                 break

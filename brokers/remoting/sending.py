@@ -163,7 +163,7 @@ class SendingHandler:
         table = SEND_MESSAGE_REQUEST if request.code == RequestCode.SEND_MESSAGE else SEND_MESSAGE_REQUEST_V2
         h = parse_header(table, request.ext_fields)
         topic, queue_id = str(h["topic"]), int(h["queueId"])  # type: ignore[arg-type]
-        reconsumed = int(h["reconsumeTimes"] or 0)  # type: ignore[arg-type]
+        reconsumed = int(h["reconsumeTimes"] or 0)
         if topic.startswith(RETRY_PREFIX):
             topic = self._retry_target(topic, reconsumed, h["maxReconsumeTimes"])
             queue_id = 0
@@ -226,7 +226,11 @@ class SendingHandler:
         first, admitted = results[0], admission.messages[0]
         worst = max((PUT_CODES[r.status] for r in results), default=ResponseCode.SUCCESS)
         ids = ",".join(encode_offset_message_id(self.host, self.port, r.physical_offset) for r in results)
-        header = {"msgId": ids, "queueId": admitted.queue_id, "queueOffset": first.queue_offset}
+        header: dict[str, str | int | bool | None] = {
+            "msgId": ids,
+            "queueId": admitted.queue_id,
+            "queueOffset": first.queue_offset,
+        }
         if admitted.half:
             header["transactionId"] = admitted.properties[UNIQ_KEY]
         return request.response(worst, None, ext_fields=encode_header(header, SEND_MESSAGE_RESPONSE))

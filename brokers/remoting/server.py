@@ -205,7 +205,7 @@ class RemotingServer:
         if reply is not None and not request.is_oneway:
             await connection.send(reply)
 
-    async def reply(self, request: RemotingCommand, connection: Connection | None) -> RemotingCommand | None:
+    async def reply(self, request: RemotingCommand, connection: Connection) -> RemotingCommand | None:
         """The reply to one request (never raises but for cancellation)."""
         handler = self._handlers.get(request.code)
         if handler is None:
