@@ -26,7 +26,7 @@ from .control.peers import PeerClient, PeerRefused, RequestCode, ResponseCode, p
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
 from .core.roles import BrokerRole
-from .grpc.service import EndpointPorts, GrpcEndpoint, serve
+from .grpc.service import GrpcEndpoint, serve
 from .ha.gate import WritePermission
 from .ha.service import HAService
 from .meta import ConsumerMeta
@@ -34,6 +34,7 @@ from .metalog import MetaLog, MetaMode
 from .remoting.endpoint import RemotingEndpoint, RemotingPorts
 from .remoting.locks import gather_replies
 from .remoting.server import RemotingServer
+from .services import BrokerServices, ServicePorts
 from .store import codec
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .tasks import cancel_and_wait
@@ -87,7 +88,8 @@ class Broker:
             else None
         )
         self.grpc_server = None
-        self.grpc_service = None
+        self.grpc_service: GrpcEndpoint | None = None
+        self.services: BrokerServices | None = None  # built with the client endpoints (_serve_clients)
         # Consumer metadata that replicates with the log (brokers/meta.py): the master writes it,
         # every other replica follows it.
         self.consumer_meta = ConsumerMeta(root / "config" / "consumerOffset.json", self.topics)
@@ -111,7 +113,7 @@ class Broker:
             metalog=self.metalog,
             ha=self.ha,
             permission=self.permission,
-            consumers=lambda: self.grpc_service,
+            consumers=lambda: self.services.consuming if self.services is not None else None,
             config_changed=self._config_changed,
         )
         self._build_acting(config, classic_acting)
@@ -218,9 +220,9 @@ class Broker:
             self._in_background(self._repair_store_in_place(), "store-repair")
 
     async def _serve_clients(self) -> None:
-        """The client endpoint (gRPC) and the parts built with it."""
+        """The services every edge calls, then the client endpoints over them: gRPC and remoting."""
         loop = asyncio.get_running_loop()
-        ports = EndpointPorts(  # what the gRPC edge needs of this broker (brokers/grpc/service.py)
+        ports = ServicePorts(  # what the services need of this broker (brokers/services.py)
             gate=self.permission,  # with acting(): whether sends go to the master (brokers/core/admission.py)
             acting=lambda: self.metalog.mode is MetaMode.ACTING,
             topics_changed=self.nameserver.register_soon,
@@ -228,19 +230,15 @@ class Broker:
             report_sealed=lambda sealed: self.nameserver.call("static_topic_sealed", sealed),
             may_seal=lambda: self.metalog.mode is MetaMode.WRITER,  # static topics: the master seals
         )
-        self.grpc_service = GrpcEndpoint(self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports)
+        services = self.services = BrokerServices(self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports)
+        self.grpc_service = GrpcEndpoint(self.config, services, self.topics)
         self.grpc_server = await serve(self.grpc_service)
-        self._revive = loop.create_task(self.grpc_service.revive_forever(), name="revive")
-        # The remoting edge, over the same services (brokers/remoting/endpoint.py).
-        service = self.grpc_service
+        self._revive = loop.create_task(services.consuming.revive_forever(), name="revive")
         self.remoting_service = RemotingEndpoint(
             self.config,
             self.store,
             self.topics,
-            service.sending,
-            service.consuming,
-            service.transactions,
-            service.static,
+            services,
             RemotingPorts(
                 writer=lambda: self.metalog.mode is MetaMode.WRITER,
                 serving=lambda: self.metalog.mode in (MetaMode.WRITER, MetaMode.ACTING),
@@ -252,7 +250,7 @@ class Broker:
         # The set's transaction checks run where its special services do (reference §5.1): on the
         # master, or on the slave acting for a dead one.
         checks = TransactionChecks(
-            self.grpc_service.transactions,
+            services.transactions,
             EitherProducers(self.grpc_service.producers, self.remoting_service.clients),
             self._peer_client,
             self._group_members,
@@ -293,8 +291,9 @@ class Broker:
             await cancel_and_wait(self._revive, self._transactions)
             await self.grpc_server.stop(grace=2)
             await self.timers.deactivate()
-            self.grpc_service.persist_offsets()
+            self.services.consuming.persist_offsets()
             await self.grpc_service.close()
+            await self.services.close()
         await cancel_and_wait(self._report_offsets, self._report_status, self._follow, *self._background)
         if self.members is not None:
             await self.members.stop()
@@ -346,10 +345,10 @@ class Broker:
         the slaves, correct offsets beyond their queue's end before new messages pass them, and turn
         the timer wheel."""
         self.metalog.want_snapshot()
-        if self.grpc_service is not None:
-            self._in_background(self.grpc_service.correct_overflows(), "offset-overflow")
-            self.grpc_service.static.seal_due()
-            self.grpc_service.transactions.reload()  # rebuilt from this log at its first use
+        if self.services is not None:
+            self._in_background(self.services.consuming.correct_overflows(), "offset-overflow")
+            self.services.static.seal_due()
+            self.services.transactions.reload()  # rebuilt from this log at its first use
         if self.config.timerWheelEnable:
             self.timers.activate()  # due timers go out from this log's last checkpoint on
 
@@ -360,10 +359,10 @@ class Broker:
         with escape on (enableRemoteEscape) it also turns the timer wheel: due timers and commits go
         to another master of the cluster. Without escape, timers and the messages of commits wait for
         their master's return."""
-        if self.grpc_service is None:
+        if self.grpc_service is None or self.services is None:
             return
         escape = self.grpc_service.escape.put if acting and self.config.enableRemoteEscape else None
-        self.grpc_service.transactions.act(acting, escape)
+        self.services.transactions.act(acting, escape)
         if escape is not None and self.config.timerWheelEnable:
             self.timers.activate(escape=escape)
         elif not acting:
@@ -372,14 +371,14 @@ class Broker:
     async def _resolutions_asked(self, body: dict) -> dict:
         """10060: the transactions this broker resolved while acting (empty: none), and of those the
         commits whose message it sent nowhere (``unsent``: the returning master stores it)."""
-        if self.grpc_service is None:
+        if self.services is None:
             return {}
-        ops, unsent = self.grpc_service.transactions.handed_back()
+        ops, unsent = self.services.transactions.handed_back()
         return {"resolutions": {txn: r.value for txn, r in ops.items()}, "unsent": sorted(unsent)} if ops else {}
 
     def _take_resolutions(self, reply: dict) -> None:
         raw, unsent = reply.get("resolutions"), reply.get("unsent", [])
-        if not isinstance(raw, dict) or not isinstance(unsent, list) or self.grpc_service is None:
+        if not isinstance(raw, dict) or not isinstance(unsent, list) or self.services is None:
             log.warning("pre-online: refused transaction resolutions %r", reply)
             return
         try:
@@ -387,7 +386,7 @@ class Broker:
         except ValueError as exc:
             log.warning("pre-online: refused transaction resolutions (%s)", exc)
             return
-        self.grpc_service.transactions.adopt(taken, {str(txn) for txn in unsent})
+        self.services.transactions.adopt(taken, {str(txn) for txn in unsent})
         log.info("pre-online: took back %d transactions the acting master resolved", len(taken))
 
     async def _group_members(self) -> dict[int, str]:
@@ -428,17 +427,17 @@ class Broker:
         this broker: so isolation survives a restart of this process and a push it missed."""
         self.ha.on_master_ha_addr(reply.get("haServerAddr"))
         self._master_addr = reply.get("masterAddr") or None
-        if self.grpc_service is not None:  # static topics: the poll behind the pushes; a seal not decided is reported again
+        if self.services is not None:  # static topics: the poll behind the pushes; a seal not decided is reported again
             for mapping in reply.get("staticTopics") or ():
-                self.grpc_service.static.update(mapping)
-            self.grpc_service.static.seal_due()
+                self.services.static.update(mapping)
+            self.services.static.seal_due()
         if "isolated" in reply:  # (a control plane that does not say leaves the last word standing)
             self._set_isolated(reply["isolated"] is True)
 
     async def _on_static_topic(self, payload: dict) -> None:
         """A static topic's mapping changed (pushed by the control plane)."""
-        if self.grpc_service is not None and isinstance(payload.get("mapping"), dict):
-            self.grpc_service.static.update(payload["mapping"])
+        if self.services is not None and isinstance(payload.get("mapping"), dict):
+            self.services.static.update(payload["mapping"])
 
     async def _on_isolate(self, payload: dict) -> None:
         """An operator isolated this broker (or lifted it): pushed at once, and repeated by every
@@ -461,8 +460,8 @@ class Broker:
         c = self.config
         self.ha.config_changed()  # QuorumConfig: inSyncReplicas ... slaveTimeout
         self.metalog.revive_after_takeover_ms = c.popReviveAfterTakeoverMillis
-        if self.grpc_service is not None:
-            transactions = self.grpc_service.transactions
+        if self.services is not None:
+            transactions = self.services.transactions
             transactions.timeout_ms, transactions.check_max = c.transactionTimeOut, c.transactionCheckMax
 
     # --- late binding: parts built first tell parts built after them ---------------------------------

@@ -1,7 +1,7 @@
 """The RocketMQ 5 client endpoint: gRPC ``MessagingService`` (docs/grpc-endpoint-notes.md), one protocol
-edge of the broker. ``GrpcEndpoint`` builds the services every edge calls (sending, consuming, the
-transaction index; brokers/sending.py, brokers/consuming.py, brokers/transaction.py) and the handlers
-that translate this protocol's messages to and from them, one per area:
+edge of the broker. It translates this protocol's messages to and from the services every edge calls
+(brokers/services.py: sending, consuming, the transaction index, static topics), which the
+composition root (brokers/broker.py) builds and hands in, with one handler per area:
 
 - routes and the client session (routes.py): QueryRoute, QueryAssignment, Heartbeat, Telemetry,
   NotifyClientTermination;
@@ -10,32 +10,21 @@ that translate this protocol's messages to and from them, one per area:
 - transactions (transactions.py): EndTransaction.
 
 ``MessagingService`` is the servicer gRPC calls: each RPC is its handler's method. Every other call
-answers the base servicer's UNIMPLEMENTED status, never a crash. What the edge needs of the rest of
-the broker comes through its constructor (``EndpointPorts``), from the composition root
-(brokers/broker.py), which uses the endpoint's public methods in turn.
+answers the base servicer's UNIMPLEMENTED status, never a crash. What is gRPC's own stays here: the
+producers' telemetry streams (the transaction checks reach them), the forwarder to the set's serving
+broker, static topics' hops to other sets, and the escape bridge (an acting master's way out).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
-import httpx
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from ..config import BrokerConfig
-from ..consuming import ConsumeService, OffsetCommitted
-from ..meta import ConsumerMeta
-from ..metalog import MetaLog
-from ..pop import PopState
-from ..sending import SendService, WriteGate
-from ..static import Report, StaticQueues
-from ..store.store import MessageStore
+from ..services import BrokerServices
 from ..topics import TopicConfigManager
-from ..transaction import Transactions
 from .consumer import ReceivingHandler
 from .escape import EscapeBridge
 from .forward import Forwarder
@@ -47,28 +36,6 @@ from .settings import MAX_BODY_SIZE
 from .transactions import TransactionHandler
 
 log = logging.getLogger("brokers.grpc")
-
-ROUTE_TIMEOUT_S = 3.0
-
-
-@dataclass(frozen=True)
-class EndpointPorts:
-    """What the edge needs of the rest of the broker.
-
-    - ``gate``: the write gate (brokers/ha/gate.py ``WritePermission``); with ``acting()`` (this broker
-      acts for its set's dead master) it says whether sends go to the master (brokers/core/admission.py);
-    - ``topics_changed()``: a retry or DLQ topic was created (the broker re-registers);
-    - ``offset_committed(group, topic, queueId, offset, source)``: the audit's offset report;
-    - ``report_sealed(sealed)``: a static topic's sealed segment end (the static_topic_sealed frame),
-      ``may_seal()``: whether this broker seals (the master).
-    """
-
-    gate: WriteGate
-    acting: Callable[[], bool]
-    topics_changed: Callable[[], None] | None = None
-    offset_committed: OffsetCommitted | None = None
-    report_sealed: Report | None = None
-    may_seal: Callable[[], bool] = lambda: False
 
 
 class MessagingService(rpc.MessagingServiceServicer):
@@ -91,87 +58,31 @@ class MessagingService(rpc.MessagingServiceServicer):
 
 
 class GrpcEndpoint:
-    """The gRPC edge and the services it serves clients with. Public for the composition root:
-    ``transactions`` (the checks, pre-online), ``producers`` (the checks' LocalProducers), ``static``
-    (mappings pushed or repeated by the control plane), ``escape`` (an acting master's way out),
-    ``consuming`` (offsets, resets: brokers/admin.py), and the methods below."""
+    """The gRPC edge. Public for the composition root: ``producers`` (the checks' LocalProducers),
+    ``escape`` (an acting master's way out), ``master_changed()`` and ``close()``."""
 
-    def __init__(
-        self,
-        config: BrokerConfig,
-        store: MessageStore,
-        topics: TopicConfigManager,
-        meta: ConsumerMeta,
-        metalog: MetaLog,
-        ports: EndpointPorts,
-    ):
+    def __init__(self, config: BrokerConfig, services: BrokerServices, topics: TopicConfigManager):
         self.config = config
-        self._http = httpx.AsyncClient(
-            base_url=config.controlPlaneUrl, timeout=ROUTE_TIMEOUT_S, headers={"Authorization": f"Bearer {config.token}"}
-        )
-        static_path = Path(config.storePathRootDir) / "config" / "staticTopics.json"
-        self.static = StaticQueues(
-            config.brokerName, store.max_queue_offset, static_path, report=ports.report_sealed, may_seal=ports.may_seal
-        )
-        self.consuming = ConsumeService(
-            config,
-            store,
-            topics,
-            meta,
-            metalog,
-            self.static,
-            topics_changed=ports.topics_changed,
-            offset_committed=ports.offset_committed,
-        )
-        self.sending = SendService(config, store, topics, self.static, ports.gate, ports.acting)
-        self.transactions = Transactions(store, config.transactionTimeOut, config.transactionCheckMax)
+        http, static, consuming, sending = services.http, services.static, services.consuming, services.sending
         self.producers = ProducerStreams()
-        self.escape = EscapeBridge(config.brokerName, self._http)  # an acting master's way out (RIP-32)
-        self.forwarder = Forwarder(config.brokerName, config.grpc_addr, self._http)  # to this set's serving broker
-        self.hops = StaticHops(config.grpc_addr, self._http, self.static, self.consuming)
+        self.escape = EscapeBridge(config.brokerName, http)  # an acting master's way out (RIP-32)
+        self.forwarder = Forwarder(config.brokerName, config.grpc_addr, http)  # to this set's serving broker
+        self.hops = StaticHops(config.grpc_addr, http, static, consuming)
         self.servicer = MessagingService(
-            RouteHandler(config, self._http, topics, self.static, self.producers, self.consuming.fifo_topics),
-            SendingHandler(self.sending, self.forwarder, self.hops, self.static),
-            ReceivingHandler(config, self.consuming, topics, self.static, self.hops, self.forwarder),
-            TransactionHandler(self.transactions, self.forwarder, self.sending.forwards),
+            RouteHandler(config, http, topics, static, self.producers, consuming.fifo_topics),
+            SendingHandler(sending, self.forwarder, self.hops, static),
+            ReceivingHandler(config, consuming, topics, static, self.hops, self.forwarder),
+            TransactionHandler(services.transactions, self.forwarder, sending.forwards),
         )
-
-    @property
-    def pop(self) -> PopState:
-        return self.consuming.pop
-
-    async def revive_forever(self) -> None:
-        """The revive loop (brokers/consuming.py): run it as a task of the broker's."""
-        await self.consuming.revive_forever()
-
-    async def correct_overflows(self) -> None:
-        """At a takeover: offsets beyond their queue's end corrected (brokers/consuming.py)."""
-        await self.consuming.correct_overflows()
-
-    def persist_offsets(self) -> None:
-        """The offset table follows the pop state, kept on disk (at a stop)."""
-        self.consuming.persist_offsets()
 
     def master_changed(self) -> None:
         """The group has a new master: forwards waiting on the old one are given up for it."""
         self.forwarder.master_changed()
 
-    # (brokers/admin.py: the operator's offsets and resets)
-    async def first_offset(self, topic: str, queue_id: int, end: int) -> int:
-        return await self.consuming.first_offset(topic, queue_id, end)
-
-    async def search_offset(self, topic: str, queue_id: int, wanted: int) -> int:
-        return await self.consuming.search_offset(topic, queue_id, wanted)
-
-    async def reset_queue(self, group: str, topic: str, queue_id: int, offset: int, source: str) -> None:
-        await self.consuming.reset_queue(group, topic, queue_id, offset, source)
-
     async def close(self) -> None:
         await self.hops.close()
-        await self.static.close()
         await self.forwarder.close()
         await self.escape.close()
-        await self._http.aclose()
 
 
 async def serve(endpoint: GrpcEndpoint) -> grpc.aio.Server:

@@ -1,7 +1,7 @@
 """The broker's remoting edge (issue 36): RocketMQ's classic protocol for 4.x clients, over the same
 broker core the gRPC edge serves (brokers/sending.py, brokers/consuming.py, brokers/transaction.py):
 the same admission rules, store, quorum write, consumer offsets and special messages. The composition
-root (brokers/broker.py) builds it with the services and the ports below and registers its handlers
+root (brokers/broker.py) builds it with the services (brokers/services.py) and the ports below and registers its handlers
 on the broker's remoting listener (server.py), beside the peer channel's.
 
 Handlers, by area: sending.py (10, 310, 320), consumer.py (11, 14, 15, 29-33, 36), clients.py (34, 35,
@@ -19,15 +19,13 @@ from mqrules.remoting.frame import RemotingCommand
 from mqrules.remoting.headers import END_TRANSACTION_REQUEST, parse_header
 
 from ..config import BrokerConfig
-from ..consuming import ConsumeService
 from ..core.timer import REAL_TOPIC
 from ..core.transaction import Resolution, TxnRefused, end_answer
-from ..sending import SendService
-from ..static import StaticQueues
+from ..services import BrokerServices
 from ..store.message import Message, decode
 from ..store.store import MessageStore
 from ..topics import TopicConfigManager
-from ..transaction import Transactions, TxnNotStored
+from ..transaction import TxnNotStored
 from .admin import AdminRequests
 from .clients import ClientRegistry
 from .consumer import ConsumerHandler
@@ -58,13 +56,17 @@ class RemotingEndpoint:
         config: BrokerConfig,
         store: MessageStore,
         topics: TopicConfigManager,
-        sending: SendService,
-        consuming: ConsumeService,
-        transactions: Transactions,
-        static: StaticQueues,
+        services: BrokerServices,
         ports: RemotingPorts,
     ):
-        self.config, self.store, self.sending, self.transactions, self.ports = config, store, sending, transactions, ports
+        sending, consuming, static = services.sending, services.consuming, services.static
+        self.config, self.store, self.sending, self.transactions, self.ports = (
+            config,
+            store,
+            sending,
+            services.transactions,
+            ports,
+        )
         self.consuming = consuming
         self.clients = ClientRegistry(group_added=self._group_added)
         self.locks = RebalanceLocks()

@@ -75,7 +75,7 @@ async def scenario(conf) -> None:
 
 
 async def exercise(broker: Broker, conf) -> None:
-    store, grpc = broker.store, broker.grpc_service
+    store, services = broker.store, broker.services
     member = liveness.member(CLUSTER, broker.config.broker_addr)
     channel = await until(lambda: liveness.connections([member]).get(member))
 
@@ -115,10 +115,10 @@ async def exercise(broker: Broker, conf) -> None:
     assert "inSyncReplicas" in report["dynamicKeys"] and "listenPort" not in report["dynamicKeys"]
 
     # A pop in flight (offsets 0 and 1), offset 0 acked: the group has committed 1.
-    popped = await grpc.consuming.pop_from(GROUP, TOPIC, 0, 2, 60_000, lambda tags: True)
+    popped = await services.consuming.pop_from(GROUP, TOPIC, 0, 2, 60_000, lambda tags: True)
     handles = [h for _, h, _ in popped]
     assert [h.offset for h in handles] == [0, 1]
-    await grpc.consuming.ack_queue((GROUP, TOPIC, 0), handles[:1])
+    await services.consuming.ack_queue((GROUP, TOPIC, 0), handles[:1])
     await until(lambda: committed(0) == 1)
 
     # A preview: searchOffset by time (queue 1 is empty: its max offset), nothing changes.
@@ -130,7 +130,7 @@ async def exercise(broker: Broker, conf) -> None:
             {"queueId": 1, "committedOffset": None, "newOffset": 0, "minOffset": 0, "maxOffset": 0},
         ],
     }
-    assert grpc.pop.peek(GROUP, TOPIC, 0).acked_below == 1 and 1 in grpc.pop.peek(GROUP, TOPIC, 0).in_flight
+    assert services.consuming.pop.peek(GROUP, TOPIC, 0).acked_below == 1 and 1 in services.consuming.pop.peek(GROUP, TOPIC, 0).in_flight
     for offset, new in ((-1, 4), (99, 4), (3, 3)):  # -1: the max; beyond it: clamped
         result = await ask("reset_offset", {"group": GROUP, "topic": TOPIC, "offset": offset, "preview": True})
         assert result["queues"][0]["newOffset"] == new
@@ -140,16 +140,16 @@ async def exercise(broker: Broker, conf) -> None:
     result = await ask("reset_offset", {"group": GROUP, "topic": TOPIC, "offset": 0})
     assert result["applied"] is True
     assert [(q["committedOffset"], q["newOffset"]) for q in result["queues"]] == [(1, 0), (None, 0)]
-    state = grpc.pop.peek(GROUP, TOPIC, 0)
+    state = services.consuming.pop.peek(GROUP, TOPIC, 0)
     assert (state.pop_offset, state.acked_below, state.in_flight) == (0, 0, {})
-    assert not grpc.pop.ack(handles[1]), "a delivery in flight before the reset cannot be acked after it"
+    assert not services.consuming.pop.ack(handles[1]), "a delivery in flight before the reset cannot be acked after it"
     assert broker.consumer_meta.offsets.get(GROUP, TOPIC, 0) == 0
     records = await store.get_messages(META_TOPIC, 0, records_before, 10)
     resets = [json.loads(m.body) for m in records if json.loads(m.body)["kind"] == "reset"]
     assert [(r["group"], r["queueId"], r["offset"]) for r in resets] == [(GROUP, 0, 0), (GROUP, 1, 0)]
     await until(reset_reported)
     await until(lambda: committed(0) == 0)
-    again = await grpc.consuming.pop_from(GROUP, TOPIC, 0, 1, 60_000, lambda tags: True)
+    again = await services.consuming.pop_from(GROUP, TOPIC, 0, 1, 60_000, lambda tags: True)
     assert [h.offset for _, h, _ in again] == [0]
 
     # Refusals: each with its code, nothing changed.
@@ -175,7 +175,7 @@ async def exercise(broker: Broker, conf) -> None:
     result = await ask("update_broker_config", {"updates": {"retryMaxTimes": "5", "slaveTimeout": "4000"}})
     assert result["changed"] == {"retryMaxTimes": ["16", "5"], "slaveTimeout": ["3000", "4000"]}
     assert result["persisted"] is True and result["config"]["slaveTimeout"] == "4000"
-    assert grpc.config is broker.config and broker.config.retryMaxTimes == 5
+    assert broker.grpc_service.config is broker.config and broker.config.retryMaxTimes == 5
     assert broker.ha.quorum.slave_timeout_ms == 4000
     assert (load(conf).retryMaxTimes, load(conf).slaveTimeout) == (5, 4000)
     await until(lambda: broker_status.reports(NAME, None, CLUSTER)[0]["config"]["retryMaxTimes"] == "5", timeout=5)
