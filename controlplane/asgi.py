@@ -16,10 +16,11 @@ from django.urls import path  # noqa: E402
 from controlplane.hearing import stamp_web_forever  # noqa: E402
 from controlplane.ws import BrokerConsumer  # noqa: E402
 from dashboards.live import DashboardConsumer  # noqa: E402
+from nameserver.fast_routes import FastRoutes  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": FastRoutes(django_asgi_app),  # routes answered from this process's cache (nameserver/fast_routes.py)
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(
                 URLRouter(

@@ -140,6 +140,10 @@ def principal_for(raw_token: str) -> TokenPrincipal | None:
         hit = _cache.get(digest)
     if hit is not None and hit[0] > now:
         return hit[1]
+    return _load_principal(digest, now)
+
+
+def _load_principal(digest: str, now: float) -> TokenPrincipal | None:
     token = ApiToken.objects.filter(key_hash=digest, revoked_at__isnull=True).first()
     principal = TokenPrincipal(token.name, token.scope, token.cluster_name) if token else None
     with _cache_lock:
@@ -147,6 +151,21 @@ def principal_for(raw_token: str) -> TokenPrincipal | None:
             _cache.clear()
         _cache[digest] = (now + TOKEN_CACHE_SECONDS, principal)
     return principal
+
+
+def cached_principal(raw_token: str) -> tuple[TokenPrincipal | None, float] | None:
+    """What ``principal_for`` would answer from this process's cache, with the monotonic time its
+    entry expires, or None when it would have to ask the database (never blocks on it)."""
+    with _cache_lock:
+        hit = _cache.get(hash_token(raw_token))
+    if hit is None or hit[0] <= time.monotonic():
+        return None
+    return hit[1], hit[0]
+
+
+def refresh_principal(raw_token: str) -> None:
+    """Read ``raw_token``'s principal from the database again (blocking), replacing the cached one."""
+    _load_principal(hash_token(raw_token), time.monotonic())
 
 
 def forget_cached_tokens() -> None:

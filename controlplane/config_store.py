@@ -34,6 +34,13 @@ class ConfigStore(Generic[C]):
             self._cached = (now + CACHE_SECONDS, config)
         return config
 
+    def last(self) -> C | None:
+        """The config this process built last, however old (None before the first): for a reader that
+        must not block and whose answers a change invalidates otherwise (a route at a registry version:
+        a config change bumps it)."""
+        cached = self._cached
+        return cached[1] if cached is not None else None
+
     def invalidate(self) -> None:
         with self._lock:
             self._cached = None

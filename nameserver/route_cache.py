@@ -15,7 +15,7 @@ from collections.abc import Callable
 from threading import Lock
 from typing import TypeVar
 
-from controlplane.redis import key, sync_client
+from controlplane.redis import async_client, key, sync_client
 
 T = TypeVar("T")
 MAX_ENTRIES = 10_000
@@ -66,6 +66,20 @@ def cached(cache_key: tuple, compute: Callable[[], T]) -> T:
         while len(_cache) > MAX_ENTRIES:
             _cache.popitem(last=False)
     return value
+
+
+def peek(cache_key: tuple, version: int) -> object | None:
+    """The value ``cached`` holds for ``cache_key`` at ``version``, or None: never computes, never
+    blocks on anything but this process's lock (the REST route's fast path, nameserver/fast_routes.py)."""
+    with _lock:
+        hit = _cache.get(cache_key)
+    return hit[1] if hit is not None and hit[0] == version else None
+
+
+async def current_version_async() -> int | None:
+    """``current_version`` on the event loop; None while Redis holds no version yet."""
+    value = await async_client().get(_version_key())
+    return int(value) if value is not None else None
 
 
 def clear() -> None:

@@ -12,7 +12,7 @@ from .core.acting import ActingMasterState, acting_master_state
 from .core.routes import TopicRouteData, acting_master_id, pickup_route, routed_acting_master
 from .core.values import DataVersion, Group, Member, QueueData
 from .models import BrokerGroup, BrokerMember, StaticTopic, TopicQueue
-from .settings_store import current_config
+from .settings_store import current_config, last_config
 
 
 def member_value(m: BrokerMember) -> Member:
@@ -55,6 +55,17 @@ def topic_route(topic: str) -> TopicRouteData | None:
     """``GET_ROUTEINFO_BY_TOPIC`` as clients see it, acting-master substitution included."""
     support = current_config().support_acting_master
     return route_cache.cached(("route", topic, support), lambda: _topic_route(topic, support))
+
+
+def cached_route_json(topic: str, version: int) -> bytes | None:
+    """``topic_route_json`` when this process rendered it at registry ``version``, else None; never
+    blocks (nameserver/fast_routes.py). A config change bumps the version, so the config this process
+    read last names the entry."""
+    config = last_config()
+    if config is None:
+        return None
+    body = route_cache.peek(("route-json", topic, config.support_acting_master), version)
+    return body if isinstance(body, bytes) else None
 
 
 def topic_route_json(topic: str) -> bytes | None:

@@ -12,5 +12,6 @@ from .models import NamesrvConfigEntry
 _store: ConfigStore[NamesrvConfig] = ConfigStore(NamesrvConfigEntry, NamesrvConfig.from_overrides, route_cache.registry_changed)
 
 current_config = _store.current
+last_config = _store.last
 invalidate = _store.invalidate
 update_config = _store.update
