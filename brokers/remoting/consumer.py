@@ -72,6 +72,7 @@ RETRY_PREFIX = "%RETRY%"
 RETRY_TOPIC = "RETRY_TOPIC"  # MessageConst.PROPERTY_RETRY_TOPIC: the topic a retried message came from
 ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 FIRST_RETRY_LEVEL = 3  # a send-back with delay level 0: level 3 + times consumed (Java's broker)
+PULL_COMMIT_EVERY_S = 0.2  # a queue's pull-carried commits are written at most this often (the latest one)
 
 
 def tag_codes(expression: str) -> frozenset[int] | None:
@@ -163,10 +164,12 @@ class ConsumerHandler:
         return request.response(code, None, ext_fields=encode_header(header, PULL_MESSAGE_RESPONSE), body=body)
 
     def commit_later(self, key: tuple[str, str, int], offset: int) -> None:
-        """The commit a pull carries, written without holding the pull up (Java keeps it in memory):
-        the latest one per queue, one write per queue at a time; a newer commit that arrives meanwhile
-        replaces the one waiting. The client commits on its own every 5 s too (UPDATE_CONSUMER_OFFSET,
-        answered once written)."""
+        """The commit a pull carries, written without holding the pull up (Java keeps it in memory and
+        persists it every 5 s): the latest one per queue, one write per queue at most every
+        PULL_COMMIT_EVERY_S (each write is a replicated metadata record: a write per pull cost the
+        master more than the pull), a newer commit that arrives meanwhile replacing the one waiting;
+        an offset query answers the waiting one. The client commits on its own every 5 s too
+        (UPDATE_CONSUMER_OFFSET, answered once written)."""
         self._pending[key] = offset
         if key not in self._committing:
             self._committing.add(key)
@@ -181,6 +184,7 @@ class ConsumerHandler:
                     await self.consuming.commit_offset(*key, offset)
                 except NotStored as exc:
                     log.info("a pull's commit of %s/%s/%d at %d not stored (%s); the client commits again", *key, offset, exc)
+                await asyncio.sleep(PULL_COMMIT_EVERY_S)
         finally:
             self._committing.discard(key)
 
@@ -231,7 +235,9 @@ class ConsumerHandler:
         message is at hand; this store keeps every message)."""
         h = parse_header(QUERY_CONSUMER_OFFSET_REQUEST, request.ext_fields)
         group, topic, queue_id = str(h["consumerGroup"]), str(h["topic"]), int(h["queueId"])  # type: ignore[arg-type]
-        offset = self.consuming.committed_offset(group, topic, queue_id)
+        offset = self._pending.get((group, topic, queue_id))  # a pull's commit not written yet
+        if offset is None:
+            offset = self.consuming.committed_offset(group, topic, queue_id)
         if offset is None:
             offset = 0
         return request.response(ResponseCode.SUCCESS, None, ext_fields={"offset": str(offset)})
