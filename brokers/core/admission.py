@@ -34,7 +34,7 @@ from enum import Enum, IntEnum
 from typing import NamedTuple, Protocol
 
 from mqrules.logical_queues import TopicMapping
-from mqrules.remoting.properties import property_problem
+from mqrules.remoting.properties import properties_problem
 from mqrules.topic_attributes import TopicMessageType, accepted_send_types, type_conflict
 
 from .codes import Code, Status
@@ -241,10 +241,8 @@ def _admit_message(
         return Admission.refused(Code.MESSAGE_BODY_EMPTY)
     if size > rules.max_body_size:
         return Admission.refused(Code.MESSAGE_BODY_TOO_LARGE)
-    for key, value in out.properties.items():
-        problem = property_problem(key, value)
-        if problem is not None:
-            return Admission.refused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
+    if (problem := properties_problem(out.properties)) is not None:
+        return Admission.refused(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, problem)
     message_type, group, name = out.message_type, out.group, topic.topicName
     if message_type not in accepts and type_checked(name, rules.settings):
         return Admission.refused(
