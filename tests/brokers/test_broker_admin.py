@@ -130,7 +130,10 @@ async def exercise(broker: Broker, conf) -> None:
             {"queueId": 1, "committedOffset": None, "newOffset": 0, "minOffset": 0, "maxOffset": 0},
         ],
     }
-    assert services.consuming.pop.peek(GROUP, TOPIC, 0).acked_below == 1 and 1 in services.consuming.pop.peek(GROUP, TOPIC, 0).in_flight
+    assert (
+        services.consuming.pop.peek(GROUP, TOPIC, 0).acked_below == 1
+        and 1 in services.consuming.pop.peek(GROUP, TOPIC, 0).in_flight
+    )
     for offset, new in ((-1, 4), (99, 4), (3, 3)):  # -1: the max; beyond it: clamped
         result = await ask("reset_offset", {"group": GROUP, "topic": TOPIC, "offset": offset, "preview": True})
         assert result["queues"][0]["newOffset"] == new
