@@ -23,6 +23,8 @@ Phases (``--phases``, comma-separated, default all; ``failover`` = kills,acting)
           from its first delivery to its last (goal >= 50,000); drain_s from its start, with the CPU
           the master and the consumer process spent per message meanwhile. The consumer writes a
           progress event every 200 ms, not a line per delivery (clients/remoting-py/client.py).
+          ``--pull-consumers`` N starts N such processes in the group (the queues split among them):
+          one process is bound by its own Python callback (about 35 us of CPU a message).
   kills   the C++ producer sends (``--interval-ms`` 5 between answers) to a topic on both broker
           sets; ``--kills`` (10) kill -9 of chaos-a's master, each restarted and back in sync before
           the next, which waits until the producer's sends reach chaos-a's new master (the client
@@ -346,41 +348,51 @@ def pull_phase(b: Bed, args) -> dict:
     log(f"  preloaded at {rate:.0f} msgs/s; waiting for the slaves to copy it")
     wait_until(h.converged, 300, "every replica at the master's offset")
     opts = ("--group", "bench-pull", "--thread-count", str(args.pull_threads), "--progress-ms", "200")
-    proc, events = cpp_client("consume", "cpp-puller", b.logs, b.namesrv, PULL_TOPIC, *opts)
+    pullers = [cpp_client("consume", f"cpp-puller-{n}", b.logs, b.namesrv, PULL_TOPIC, *opts) for n in range(args.pull_consumers)]
+    procs = [proc for proc, _ in pullers]
 
-    def progress() -> dict:
-        seen = events.of("progress")
-        return seen[-1] if seen else {"distinct": 0, "received": 0}
+    def progress() -> list[dict]:
+        out = []
+        for _, events in pullers:
+            seen = events.of("progress")
+            out.append(seen[-1] if seen else {"distinct": 0, "received": 0})
+        return out
+
+    def distinct() -> int:  # (the queues are split among the group's consumers: each pulls its own)
+        return sum(p["distinct"] for p in progress())
 
     master_cpu = cpu_s([master.process])
     started = time.time()
-    proc.start()
+    for proc in procs:
+        proc.start()
     try:
         wait_until(
-            lambda: proc.check_alive() and progress()["distinct"] >= args.messages,
+            lambda: all(proc.check_alive() for proc in procs) and distinct() >= args.messages,
             args.messages / 2000 + 120,
             "every message pulled",
         )
         drain_s = time.time() - started
-        cpu = [cpu_s([master.process]) - master_cpu, cpu_s([proc])]
+        cpu = [cpu_s([master.process]) - master_cpu, cpu_s(procs)]
     finally:
-        proc.stop()
-    last = progress()
-    pull_rate = last["distinct"] / (last["last"] - last["first"])
+        for proc in procs:
+            proc.stop()
+    last = [p for p in progress() if p["distinct"]]
+    pull_rate = sum(p["distinct"] for p in last) / (max(p["last"] for p in last) - min(p["first"] for p in last))
     out = {
         "pull_msgs_per_s": round(pull_rate, 1),
         "pull": {
             "messages": args.messages,
             "queues": args.pull_queues,
+            "consumers": args.pull_consumers,
             "consume_threads": args.pull_threads,
-            "delivered": last["received"],
+            "delivered": sum(p["received"] for p in last),
             "drain_s": round(drain_s, 2),
-            "first_delivery_s": round(last["first"] - started, 2),
+            "first_delivery_s": round(min(p["first"] for p in last) - started, 2),
             "preload_msgs_per_s": round(rate, 1),
             # the drain's CPU (from the consumer's start): the broker's side and the client's
             "master_cpu_us_per_msg": round(cpu[0] / args.messages * 1e6, 1),
             "consumer_cpu_us_per_msg": round(cpu[1] / args.messages * 1e6, 1),
-            "consumer_cpu_pct": round(cpu[1] / drain_s * 100, 1),
+            "consumer_cpu_pct": round(cpu[1] / drain_s * 100, 1),  # of one core, the consumers together
         },
     }
     log(f"  {out}")
@@ -679,6 +691,9 @@ def main() -> int:
     p.add_argument("--messages", type=int, default=200_000, help="pull: messages to drain")
     p.add_argument("--pull-queues", type=int, default=8)
     p.add_argument("--pull-threads", type=int, default=2, help="pull: the push consumer's consume threads")
+    p.add_argument(
+        "--pull-consumers", type=int, default=1, help="pull: push-consumer processes of one group (the queues split among them)"
+    )
     p.add_argument("--kills", type=int, default=10, help="kills and acting: trials of each")
     p.add_argument("--window-s", type=float, default=10.0, help="kills: a trial's window for the send gap")
     p.add_argument("--interval-ms", type=float, default=5.0, help="kills: the producer's pause after each answer")

@@ -109,10 +109,11 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
 
                 # Bad sends answer the proxy's codes and store nothing: a batch is refused whole on its first
                 # bad message (the stored count below is exactly MESSAGES).
-                def message(topic="Orders", body=b"x", n=0):
+                def message(topic="Orders", body=b"x", n=0, props=None):
                     return pb.Message(
                         topic=pb.Resource(name=topic),
                         body=body,
+                        user_properties=props or {},
                         system_properties=pb.SystemProperties(
                             message_id=f"BAD{n:029X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
                         ),
@@ -123,6 +124,8 @@ def test_official_producer_sends_to_two_brokers_and_every_ack_is_stored_once(tmp
                     pb.Code.TOPIC_NOT_FOUND: [message(), message("NoSuchTopic", n=1)],
                     pb.Code.MESSAGE_BODY_EMPTY: [message(), message(body=b"", n=1), message(n=2)],
                     pb.Code.MESSAGE_BODY_TOO_LARGE: [message(body=b"x" * (4 * 1024 * 1024 + 1))],
+                    # a value that the record's reader would split into a DELAY property of the sender's choosing
+                    pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY: [message(), message(n=1, props={"note": "x\x02DELAY\x013"})],
                 }
                 for code, batch in refused.items():
                     resp = stub.SendMessage(spb.SendMessageRequest(messages=batch), timeout=10)
