@@ -136,11 +136,15 @@ def principal_for(raw_token: str) -> TokenPrincipal | None:
     """The principal a raw token stands for, or None (unknown or revoked). Blocking: uses the ORM."""
     digest = hash_token(raw_token)
     now = time.monotonic()
+    hit = _cached(digest, now)
+    return hit[0] if hit is not None else _load_principal(digest, now)
+
+
+def _cached(digest: str, now: float) -> tuple[TokenPrincipal | None, float] | None:
+    """The cached principal of a token's digest with the time its entry lapses, while it has not."""
     with _cache_lock:
         hit = _cache.get(digest)
-    if hit is not None and hit[0] > now:
-        return hit[1]
-    return _load_principal(digest, now)
+    return (hit[1], hit[0]) if hit is not None and hit[0] > now else None
 
 
 def _load_principal(digest: str, now: float) -> TokenPrincipal | None:
@@ -156,11 +160,7 @@ def _load_principal(digest: str, now: float) -> TokenPrincipal | None:
 def cached_principal(raw_token: str) -> tuple[TokenPrincipal | None, float] | None:
     """What ``principal_for`` would answer from this process's cache, with the monotonic time its
     entry expires, or None when it would have to ask the database (never blocks on it)."""
-    with _cache_lock:
-        hit = _cache.get(hash_token(raw_token))
-    if hit is None or hit[0] <= time.monotonic():
-        return None
-    return hit[1], hit[0]
+    return _cached(hash_token(raw_token), time.monotonic())
 
 
 def refresh_principal(raw_token: str) -> None:

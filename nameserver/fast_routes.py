@@ -19,9 +19,14 @@ goes to Django unchanged. A token whose cache entry is about to lapse is read ag
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-import re
 import time
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.http.request import split_domain_port, validate_host
+from django.urls import NoReverseMatch, reverse
 
 from controlplane import auth
 from mqrules import validation
@@ -30,7 +35,6 @@ from . import route_cache, selectors
 
 log = logging.getLogger(__name__)
 
-ROUTE_PATH = re.compile(r"^/api/v1/nameserver/routes/([^/]+)$")
 REFRESH_AHEAD_S = 2.0  # a cached token this close to lapsing is read again in the background
 _SKIPPED_HEADERS = frozenset({b"content-length", b"date", b"server", b"set-cookie"})
 
@@ -45,13 +49,13 @@ class FastRoutes:
         self._tasks: set[asyncio.Task] = set()
 
     async def __call__(self, scope, receive, send):
-        match = ROUTE_PATH.match(scope.get("path", "")) if scope["type"] == "http" and scope["method"] == "GET" else None
-        if match is None:
+        topic = route_topic(scope.get("path", "")) if scope["type"] == "http" and scope["method"] == "GET" else None
+        if topic is None:
             return await self.app(scope, receive, send)
         body = None
         if self.headers is not None:
             try:
-                body = await self._cached_body(scope, match.group(1))
+                body = await self._cached_body(scope, topic)
             except Exception:  # noqa: BLE001 (Redis down, say: Django answers, and says why)
                 log.debug("route fast path not taken", exc_info=True)
         if body is None:
@@ -91,9 +95,26 @@ class FastRoutes:
         return learn
 
 
-def _refresh(raw: str) -> None:
-    from django.db import close_old_connections
+@functools.cache
+def _route_prefix() -> str | None:
+    """Where the URLconf serves routes (nameserver/urls.py), up to the topic; None without the
+    nameserver role."""
+    try:
+        return reverse("nameserver:route", kwargs={"topic": "T"})[:-1]
+    except NoReverseMatch:
+        return None
 
+
+def route_topic(path: str) -> str | None:
+    """The topic of a route's path, as the URLconf's ``<str:topic>`` takes it; None for another path."""
+    prefix = _route_prefix()
+    if prefix is None or not path.startswith(prefix):
+        return None
+    topic = path[len(prefix) :]
+    return topic if topic and "/" not in topic else None
+
+
+def _refresh(raw: str) -> None:
     try:
         auth.refresh_principal(raw)
     finally:
@@ -102,9 +123,6 @@ def _refresh(raw: str) -> None:
 
 def _allowed_host(host: str | None) -> bool:
     """Django's ALLOWED_HOSTS check (HttpRequest.get_host): a request it would refuse goes to it."""
-    from django.conf import settings
-    from django.http.request import split_domain_port, validate_host
-
     if not host:
         return False
     domain, _ = split_domain_port(host)
