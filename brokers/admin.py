@@ -36,6 +36,7 @@ from .ha.service import HAService
 from .meta import MAX_NAME, ConsumerMeta
 from .metalog import MetaLog, MetaMode
 from .pop import now_ms
+from .retention import Retention
 from .store import codec
 from .store.store import MessageStore
 from .topics import TopicConfig, TopicConfigManager, queue_ids, reported_topic
@@ -112,6 +113,7 @@ class BrokerAdmin:
         metalog: MetaLog,
         ha: HAService,
         permission: WritePermission,
+        retention: Retention,
         consumers: Callable[[], ConsumerQueues | None],
         config_changed: Callable[[], None],
     ):
@@ -122,13 +124,14 @@ class BrokerAdmin:
         self.config = config
         self.config_path = config_path
         self.link, self.store, self.topics, self.meta, self.metalog = link, store, topics, meta, metalog
-        self.ha, self.permission = ha, permission
+        self.ha, self.permission, self.retention = ha, permission, retention
         self.consumers = consumers
         self.config_changed = config_changed
         self.started_at_ms = now_ms()
-        # (topic, queueId) -> (the store's truncation count, the queue's first offset): a queue's first
-        # message moves only when the log is cut or restarted, so the report reads it once.
-        self._first_offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        # (topic, queueId) -> ((the store's truncation and deletion counts), the queue's first offset, its
+        # first message's store time): a queue's first message moves only when the log is cut, restarted
+        # or its oldest file deleted, so the report reads it once.
+        self._first_offsets: dict[tuple[str, int], tuple[tuple[int, int], int, int | None]] = {}
         self._updating = asyncio.Lock()  # one configuration change at a time, each from the last one's result
         # A change an operator made is reported at once: what the pages and rmqha show next is the change.
         self._report_now = asyncio.Event()
@@ -184,6 +187,7 @@ class BrokerAdmin:
                 "pid": os.getpid(),
                 "topics": len(topics),
                 "consumerGroups": len(self.meta.groups),
+                "store": await self.retention.report(),
             },
             "config": reported_values(c),
             "dynamicKeys": sorted(DYNAMIC_KEYS),
@@ -193,18 +197,22 @@ class BrokerAdmin:
         }
 
     async def _queues(self, topics: dict[str, TopicConfig]) -> list[list]:
+        """``[topic, queueId, minOffset, maxOffset, oldestMessageMs]`` per queue (the last: when its first
+        message kept was stored, the queue's retention horizon; None for an empty queue)."""
         store, seen, out = self.store, {}, []
+        version = (store.truncations, store.deletions)
         for name, tc in sorted(topics.items()):
             for queue_id in queue_ids(tc):
                 end = store.max_queue_offset(name, queue_id)
                 known = self._first_offsets.get((name, queue_id))
-                if known is not None and known[0] == store.truncations:
-                    first = known[1]
+                if known is not None and known[0] == version:
+                    _, first, oldest = known
                 else:
                     first = await self._first_offset(name, queue_id, end)
+                    oldest = await store.oldest_store_timestamp(name, queue_id) if first < end else None
                 if first < end:  # found a message (an empty queue is looked at again next time)
-                    seen[(name, queue_id)] = (store.truncations, first)
-                out.append([name, queue_id, first, end])
+                    seen[(name, queue_id)] = (version, first, oldest)
+                out.append([name, queue_id, first, end, oldest])
         self._first_offsets = seen
         return out
 

@@ -34,6 +34,7 @@ from .metalog import MetaLog, MetaMode
 from .remoting.endpoint import RemotingEndpoint, RemotingPorts
 from .remoting.locks import gather_replies
 from .remoting.server import RemotingServer
+from .retention import Retention
 from .services import BrokerServices, ServicePorts
 from .store import codec
 from .store.store import FlushDiskType, MessageStore, StoreConfig
@@ -101,6 +102,9 @@ class Broker:
             request_snapshot=self._ask_master_for_snapshot,
         )
         self.timers = TimerService(self.store, config.timerPrecisionMs, config.timerMaxDelaySec * 1000)
+        # Retention and the disk's guard (brokers/retention.py): deletes the oldest commit-log files,
+        # refuses sends (and registers read-only) while the disk is full.
+        self.retention = Retention(config, self.store, self.ha.epochs, self._disk_full)
         self.offset_reporter = OffsetReporter(config, self.nameserver, self.ha, self.store, self.consumer_meta)
         # Operators' view and requests (brokers/admin.py): the broker_status report, config changes, resets.
         self.admin = BrokerAdmin(
@@ -113,6 +117,7 @@ class Broker:
             metalog=self.metalog,
             ha=self.ha,
             permission=self.permission,
+            retention=self.retention,
             consumers=lambda: self.services.consuming if self.services is not None else None,
             config_changed=self._config_changed,
         )
@@ -121,6 +126,7 @@ class Broker:
         self._transactions: asyncio.Task | None = None
         self._report_offsets: asyncio.Task | None = None
         self._report_status: asyncio.Task | None = None
+        self._retention: asyncio.Task | None = None
         self._follow: asyncio.Task | None = None
         self._pre_online: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
@@ -198,6 +204,8 @@ class Broker:
         )
         await self.ha.start()
         loop = asyncio.get_running_loop()
+        await self.retention.check()  # a full disk is known before the first registration
+        self._retention = loop.create_task(self.retention.run(), name="retention")
         await self.metalog.catch_up()  # what this broker's own log holds beyond its last persisted state
         if self._classic_master and not self.pre_online:
             await self.metalog.become_writer()
@@ -294,7 +302,7 @@ class Broker:
             self.services.consuming.persist_offsets()
             await self.grpc_service.close()
             await self.services.close()
-        await cancel_and_wait(self._report_offsets, self._report_status, self._follow, *self._background)
+        await cancel_and_wait(self._report_offsets, self._report_status, self._retention, self._follow, *self._background)
         if self.members is not None:
             await self.members.stop()
         await self.nameserver.stop()
@@ -443,6 +451,13 @@ class Broker:
         """An operator isolated this broker (or lifted it): pushed at once, and repeated by every
         registration answer."""
         self._set_isolated(payload.get("isolated") is True)
+
+    def _disk_full(self, full: bool) -> None:
+        """The disk passed diskSpaceWarningLevelRatio (or is back): sends refused, and the topics
+        registered without write permission, so routes send elsewhere (RocketMQ's brokerPermission)."""
+        self.permission.update(disk_full=full)
+        if self.topics.mask_write(full):
+            self.nameserver.register_soon()
 
     def _set_isolated(self, isolated: bool) -> None:
         if isolated != self.permission.facts.isolated:

@@ -25,6 +25,7 @@ from mqrules import validation
 from mqrules.keyed_config import BROKER_SECRET_KEYS
 
 from .core.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
+from .core.retention import HOUR_MS, RetentionPolicy, parse_delete_when, ratio_problems
 from .core.roles import BrokerRole
 from .store.files import write_text_atomically
 
@@ -132,6 +133,26 @@ class BrokerConfig:
     # Ours: how often the broker reports its status, config and offsets to the control plane (the
     # broker_status frame, docs/websocket.md), for brokerStatus / consumerProgress and the dashboard.
     brokerStatusReportInterval: int = 2000
+    # Retention and disk policy (brokers/retention.py, the rules in brokers/core/retention.py; RocketMQ's
+    # MessageStoreConfig names and defaults): commit-log files older than fileReservedTime hours go at a
+    # deleteWhen hour (hours 0-23, ';'-separated), one per deleteCommitLogFilesInterval ms, looked at
+    # every cleanResourceInterval ms and whenever a file is started; past diskMaxUsedSpaceRatio percent
+    # expired files go at once, past diskSpaceCleanForciblyRatio (cleanFileForciblyEnable) the oldest go
+    # expired or not, past diskSpaceWarningLevelRatio sends are refused.
+    fileReservedTime: int = 72
+    # Ours: the retention in milliseconds, overriding fileReservedTime when > 0 (tests and small disks:
+    # RocketMQ's key takes whole hours).
+    fileReservedTimeMillis: int = 0
+    deleteWhen: str = "04"
+    deleteCommitLogFilesInterval: int = 100
+    cleanResourceInterval: int = 10000
+    diskMaxUsedSpaceRatio: int = 75
+    diskSpaceCleanForciblyRatio: int = 85
+    diskSpaceWarningLevelRatio: int = 90
+    cleanFileForciblyEnable: bool = True
+    # RocketMQ: how long a deleted file still mapped by a reader may live. Reads here are preads that
+    # finish in microseconds; a deleted file is closed once the reads in flight are done, well within it.
+    destroyMapedFileIntervalForcibly: int = 120000
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -155,6 +176,17 @@ class BrokerConfig:
     @property
     def peer_token(self) -> str:
         return self.peerToken or self.token
+
+    @property
+    def retention_policy(self) -> RetentionPolicy:
+        return RetentionPolicy(
+            reserved_ms=self.fileReservedTimeMillis or self.fileReservedTime * HOUR_MS,
+            delete_hours=parse_delete_when(self.deleteWhen),
+            max_used_ratio=self.diskMaxUsedSpaceRatio,
+            clean_forcibly_ratio=self.diskSpaceCleanForciblyRatio,
+            warning_ratio=self.diskSpaceWarningLevelRatio,
+            clean_forcibly=self.cleanFileForciblyEnable,
+        )
 
     @property
     def heartbeat_timeout_millis(self) -> int:
@@ -371,7 +403,21 @@ def _check(c: BrokerConfig) -> list[str]:
     for key in ("transactionTimeOut", "transactionCheckMax", "transactionCheckInterval"):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
-    return problems
+    return problems + _retention_problems(c)
+
+
+def _retention_problems(c: BrokerConfig) -> list[str]:
+    problems = []
+    for key in ("fileReservedTime", "deleteCommitLogFilesInterval", "cleanResourceInterval", "destroyMapedFileIntervalForcibly"):
+        if getattr(c, key) <= 0:
+            problems.append(f"{key}: must be > 0")
+    if c.fileReservedTimeMillis < 0:
+        problems.append("fileReservedTimeMillis: must be >= 0 (0: fileReservedTime applies)")
+    try:
+        parse_delete_when(c.deleteWhen)
+    except ValueError as exc:
+        problems.append(f"deleteWhen: {exc}")
+    return problems + ratio_problems(c.diskMaxUsedSpaceRatio, c.diskSpaceCleanForciblyRatio, c.diskSpaceWarningLevelRatio)
 
 
 # --- changes on a running broker (update_broker_config, mqadmin's updateBrokerConfig) ------------------
@@ -400,6 +446,17 @@ DYNAMIC_KEYS = frozenset(
         "slaveTimeout",
         "brokerElectionPriority",
         "brokerStatusReportInterval",
+        # Retention: brokers/retention.py reads them at every look (RocketMQ reads them at every run).
+        "fileReservedTime",
+        "fileReservedTimeMillis",
+        "deleteWhen",
+        "deleteCommitLogFilesInterval",
+        "cleanResourceInterval",
+        "diskMaxUsedSpaceRatio",
+        "diskSpaceCleanForciblyRatio",
+        "diskSpaceWarningLevelRatio",
+        "cleanFileForciblyEnable",
+        "destroyMapedFileIntervalForcibly",
     }
 )
 

@@ -328,7 +328,8 @@ class ConsumeService:
 
     async def correct_overflows(self) -> None:
         """At a takeover: every offset beyond its queue's end is corrected before the queue grows
-        past it (else the messages in between would be skipped)."""
+        past it (else the messages in between would be skipped), and every offset below its queue's
+        min offset moved up to it."""
         for group, topic, queue_id in list(self.pop.queues):
             async with self._locks[(group, topic, queue_id)]:
                 try:
@@ -340,21 +341,49 @@ class ConsumeService:
 
     async def _correct_overflow(self, group: str, topic: str, queue_id: int) -> None:
         """OFFSET_OVERFLOW: a committed offset beyond the queue's end (an unclean election made a
-        shorter log the master's) starts again at the end, or new messages would be skipped."""
+        shorter log the master's) starts again at the end, or new messages would be skipped. And
+        OFFSET_TOO_SMALL: below the queue's min offset (retention deleted its messages), the group
+        goes on from the min offset (RocketMQ's correctMinOffset), reported as ``retention_skip``
+        so the audit counts the messages lost to retention."""
         state = self.pop.peek(group, topic, queue_id)
         end = self.store.max_queue_offset(topic, queue_id)
-        if state.pop_offset <= end:
+        if state.pop_offset > end:
+            log.warning(
+                "consumer offset of group %s on %s/%d (%d) is beyond the queue's end (%d): corrected to %d (OFFSET_OVERFLOW)",
+                group,
+                topic,
+                queue_id,
+                state.pop_offset,
+                end,
+                end,
+            )
+            await self._reset_held(group, topic, queue_id, end, "offset_corrected")
+            return
+        await self._skip_deleted_held(group, topic, queue_id)
+
+    async def skip_deleted(self, group: str, topic: str, queue_id: int) -> None:
+        """A pull consumer asked below the queue's min offset: its committed offset, if below too,
+        moves up (``_correct_overflow``'s OFFSET_TOO_SMALL)."""
+        async with self._locks[(group, topic, queue_id)]:
+            await self._skip_deleted_held(group, topic, queue_id)
+
+    async def _skip_deleted_held(self, group: str, topic: str, queue_id: int) -> None:
+        low = self.store.min_queue_offset(topic, queue_id)
+        committed = self.committed_offset(group, topic, queue_id)
+        if committed is None or committed >= low or self.pop.peek(group, topic, queue_id).pop_offset >= low:
             return
         log.warning(
-            "consumer offset of group %s on %s/%d (%d) is beyond the queue's end (%d): corrected to %d (OFFSET_OVERFLOW)",
+            "consumer offset of group %s on %s/%d (%d) is below the queue's min offset (%d): %d messages were deleted by "
+            "retention before it consumed them; it goes on from %d",
             group,
             topic,
             queue_id,
-            state.pop_offset,
-            end,
-            end,
+            committed,
+            low,
+            low - committed,
+            low,
         )
-        await self._reset_held(group, topic, queue_id, end, "offset_corrected")
+        await self._reset_held(group, topic, queue_id, low, "retention_skip")
 
     async def reset_queue(self, group: str, topic: str, queue_id: int, offset: int, source: str) -> None:
         """An operator's reset (the serving master): the group consumes the queue from ``offset`` on.

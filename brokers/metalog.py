@@ -123,6 +123,12 @@ class MetaLog:
                 if self.cursor > end:
                     log.info("the log was cut below consumer-metadata record %d: waiting for a snapshot record", self.cursor)
                     self.cursor, self.based = end, False
+            low = self.store.min_queue_offset(META_TOPIC, 0)
+            if self.cursor < low:
+                if self.based:  # retention deleted records this replica had not applied yet
+                    log.warning("consumer-metadata records below %d were deleted unapplied: waiting for a snapshot record", low)
+                    self.based = False
+                self.cursor = low
             applied = 0
             while True:
                 end = self.store.max_queue_offset(META_TOPIC, 0)

@@ -51,6 +51,7 @@ class TopicConfigManager:
         self.path = Path(path)
         self.topics: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
+        self.write_masked = False  # registered read-only (mask_write)
         self.state_version = 0
         self._on_changed = on_changed
         if self.path.exists():
@@ -85,6 +86,17 @@ class TopicConfigManager:
             self._on_changed(name)
         return True
 
+    def mask_write(self, masked: bool) -> bool:
+        """RocketMQ's brokerPermission without PERM_WRITE (the write gate refuses sends for a full
+        disk): registration shows every topic read-only (``registerBrokerAll`` masks each topic's
+        perm), so routes send elsewhere; the version moves so the nameserver takes the change. True
+        if it changed."""
+        if masked == self.write_masked:
+            return False
+        self.write_masked = masked
+        self._changed()
+        return True
+
     def bump_state_version(self, epoch: int) -> None:
         """DataVersion.nextVersion(masterEpoch): the nameserver orders registrations by it (§3.3 step 5)."""
         self.state_version = epoch
@@ -98,6 +110,12 @@ class TopicConfigManager:
         body = {"topicConfigTable": {n: asdict(tc) for n, tc in sorted(self.topics.items())}, "dataVersion": self.wire_version()}
         write_json_atomically(self.path, body)
 
+    def _registered(self, tc: TopicConfig) -> dict:
+        body = {k: v for k, v in asdict(tc).items() if k != "topicName"}
+        if self.write_masked:
+            body["perm"] = tc.perm & ~PERM_WRITE
+        return body
+
     def wire_version(self) -> dict:
         dv = self.data_version
         return {"stateVersion": dv.state_version, "counter": dv.counter, "timestamp": dv.timestamp}
@@ -106,7 +124,7 @@ class TopicConfigManager:
         """``TopicConfigSerializeWrapper`` for registration."""
         return {
             "dataVersion": self.wire_version(),
-            "topicConfigTable": {n: {k: v for k, v in asdict(tc).items() if k != "topicName"} for n, tc in self.topics.items()},
+            "topicConfigTable": {n: self._registered(tc) for n, tc in self.topics.items()},
         }
 
 

@@ -30,6 +30,7 @@ class WriteReason(StrEnum):
     FENCED = "FENCED"  # controller mode, before the controller assigned a role (reference §2.1)
     PRE_ONLINE = "PRE_ONLINE"  # a returning master taking back what its acting slave served (§5.3)
     SLAVE = "SLAVE"  # a slave copies its master's log and refuses sends (reference §4.1)
+    DISK_FULL = "DISK_FULL"  # disk use past diskSpaceWarningLevelRatio (brokers/core/retention.py)
 
     @property
     def detail(self) -> str:
@@ -42,11 +43,15 @@ _DETAILS = {
     WriteReason.FENCED: "fenced: waiting for the controller to assign a role",
     WriteReason.PRE_ONLINE: "pre-online: taking back consumer state from the replica that acted as master",
     WriteReason.SLAVE: "this broker is a SLAVE",
+    WriteReason.DISK_FULL: "the disk is full: its use passed diskSpaceWarningLevelRatio",
 }
 
 
-def write_gate(role: BrokerRole, *, fenced: bool, isolated: bool, pre_online: bool = False) -> tuple[bool, WriteReason]:
-    """(writable, reason). Isolation is named first: it is the one fact a role change does not lift."""
+def write_gate(
+    role: BrokerRole, *, fenced: bool, isolated: bool, pre_online: bool = False, disk_full: bool = False
+) -> tuple[bool, WriteReason]:
+    """(writable, reason). Isolation is named first: it is the one fact a role change does not lift;
+    a full disk last: a slave refuses (and forwards) sends as a slave whatever its disk."""
     if isolated:
         return False, WriteReason.ISOLATED
     if fenced:
@@ -55,6 +60,8 @@ def write_gate(role: BrokerRole, *, fenced: bool, isolated: bool, pre_online: bo
         return False, WriteReason.PRE_ONLINE
     if role is BrokerRole.SLAVE:
         return False, WriteReason.SLAVE
+    if disk_full:
+        return False, WriteReason.DISK_FULL
     return True, WriteReason.WRITABLE
 
 

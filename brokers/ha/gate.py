@@ -23,6 +23,7 @@ class WriteFacts:
     fenced: bool = False
     isolated: bool = False
     pre_online: bool = False
+    disk_full: bool = False
 
 
 class WritePermission:
@@ -56,6 +57,7 @@ class WritePermission:
         fenced: bool | None = None,
         isolated: bool | None = None,
         pre_online: bool | None = None,
+        disk_full: bool | None = None,
     ) -> None:
         """Feed the facts that changed (None: unchanged) and decide again."""
         old = self._facts
@@ -64,11 +66,14 @@ class WritePermission:
             old.fenced if fenced is None else fenced,
             old.isolated if isolated is None else isolated,
             old.pre_online if pre_online is None else pre_online,
+            old.disk_full if disk_full is None else disk_full,
         )
         if facts == old:
             return
         self._facts = facts
-        writable, reason = write_gate(facts.role, fenced=facts.fenced, isolated=facts.isolated, pre_online=facts.pre_online)
+        writable, reason = write_gate(
+            facts.role, fenced=facts.fenced, isolated=facts.isolated, pre_online=facts.pre_online, disk_full=facts.disk_full
+        )
         if (writable, reason) != (self._writable, self._reason):
             log.info("write permission: %s (%s)", "writable" if writable else "refusing sends", reason.detail or "as master")
         self._writable, self._reason = writable, reason

@@ -137,7 +137,7 @@ class HAClient:
         transfers: asyncio.Queue = asyncio.Queue(TRANSFER_QUEUE)
         pump = asyncio.get_running_loop().create_task(self._read_transfers(reader, transfers), name="ha-read")
         try:
-            await self._apply_transfers(writer, transfers, fresh)
+            await self._apply_transfers(writer, transfers)
         finally:
             await cancel_and_wait(pump)
 
@@ -155,7 +155,7 @@ class HAClient:
         except Exception as exc:
             await transfers.put(exc)
 
-    async def _apply_transfers(self, writer: asyncio.StreamWriter, transfers: asyncio.Queue, fresh: bool) -> None:
+    async def _apply_transfers(self, writer: asyncio.StreamWriter, transfers: asyncio.Queue) -> None:
         first = True
         last_ack = time.monotonic()
         current_epoch = self.epochs.last_epoch()
@@ -175,8 +175,11 @@ class HAClient:
                     raise item
                 header, data = item
                 if header.offset != end:
-                    if first and fresh and header.offset > end:
-                        await self._restart_at(header.offset, header.offset)  # empty replica, or seed 004 case 1-1
+                    # The master ships from its min when it no longer has what was asked (it deleted
+                    # its oldest files): an empty replica, or seed 004 case 1-1 found only now (the
+                    # handshake's epochs still start below the master's min), starts again there.
+                    if first and header.offset > end:
+                        await self._restart_at(header.offset, header.offset)
                         end = self.store.max_offset
                     else:
                         raise ReplicationError(f"the master ships offset {header.offset}, this log ends at {end}")

@@ -146,6 +146,8 @@ class ConsumerHandler:
         codes = tag_codes(expression)
         if flags & FLAG_COMMIT_OFFSET and int(h["commitOffset"]) >= 0 and self.serving():  # type: ignore[arg-type]
             self.commit_later((group, topic, queue_id), int(h["commitOffset"]))  # type: ignore[arg-type]
+        if offset < self.store.min_queue_offset(topic, queue_id) and self.serving():  # retention deleted them
+            await self.consuming.skip_deleted(group, topic, queue_id)
         count = max(1, min(int(h["maxMsgNums"]), MAX_PULL_COUNT))  # type: ignore[arg-type]
         suspend_s = min(max(int(h["suspendTimeoutMillis"]), 0) / 1000, MAX_SUSPEND_S) if flags & FLAG_SUSPEND else 0.0  # type: ignore[arg-type]
         loop = asyncio.get_running_loop()
@@ -158,7 +160,7 @@ class ConsumerHandler:
         header = {
             "suggestWhichBrokerId": MASTER_ID,
             "nextBeginOffset": next_offset,
-            "minOffset": 0,
+            "minOffset": self.store.min_queue_offset(topic, queue_id),
             "maxOffset": self.store.max_queue_offset(topic, queue_id),
         }
         return request.response(code, None, ext_fields=encode_header(header, PULL_MESSAGE_RESPONSE), body=body)
@@ -205,6 +207,8 @@ class ConsumerHandler:
             return ResponseCode.PULL_NOT_FOUND, offset, b""
         if offset > end:
             return ResponseCode.PULL_OFFSET_MOVED, end, b""
+        if offset < (low := self.store.min_queue_offset(topic, queue_id)):
+            return ResponseCode.PULL_OFFSET_MOVED, low, b""
         entries = await self.store.read_queue(topic, queue_id, offset, count)
         if not entries:  # holes only
             return ResponseCode.PULL_RETRY_IMMEDIATELY, min(offset + count, end), b""
@@ -230,15 +234,17 @@ class ConsumerHandler:
     # --- offsets ----------------------------------------------------------------------------------
 
     async def query_offset(self, request: RemotingCommand, connection: Connection) -> RemotingCommand:
-        """The group's committed offset; a group that never committed one starts at the queue's first
-        message while it is still kept (Java answers 0 when the queue's min offset is 0 and its first
-        message is at hand; this store keeps every message)."""
+        """The group's committed offset; a group that never committed one gets 0 while the queue's min
+        offset is 0, else QUERY_NOT_FOUND, and the client starts where its ConsumeFromWhere says (Java's
+        ``queryConsumerOffset``: once retention deleted the queue's first messages there is no 0)."""
         h = parse_header(QUERY_CONSUMER_OFFSET_REQUEST, request.ext_fields)
         group, topic, queue_id = str(h["consumerGroup"]), str(h["topic"]), int(h["queueId"])  # type: ignore[arg-type]
         offset = self._pending.get((group, topic, queue_id))  # a pull's commit not written yet
         if offset is None:
             offset = self.consuming.committed_offset(group, topic, queue_id)
         if offset is None:
+            if self.store.min_queue_offset(topic, queue_id) > 0:
+                return request.response(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
             offset = 0
         return request.response(ResponseCode.SUCCESS, None, ext_fields={"offset": str(offset)})
 

@@ -62,7 +62,8 @@ class RecoveryReport:
 
 
 class CommitLog:
-    def __init__(self, root: Path, segment_size: int):
+    def __init__(self, root: Path, segment_size: int, on_new_segment: Callable[[], None] | None = None):
+        """``on_new_segment()``: told when a segment is placed (retention looks at the disk then)."""
         if segment_size < 4096:
             raise ValueError("mappedFileSizeCommitLog must be at least 4096 bytes")
         self.root = Path(root)
@@ -80,6 +81,7 @@ class CommitLog:
         # The end of what the I/O thread has written (max_offset is the end of what was placed): the
         # HA master ships, and water levels report, only written bytes.
         self.written_offset = self.max_offset
+        self.on_new_segment = on_new_segment
 
     # --- offsets ----------------------------------------------------------------------------------
 
@@ -100,6 +102,8 @@ class CommitLog:
         """A segment placed but not created yet: ``write`` creates its file (fd -1 until then)."""
         seg = Segment(start, self.root / f"{start:020d}", -1, 0)
         self.segments.append(seg)
+        if self.on_new_segment is not None:
+            self.on_new_segment()
         return seg
 
     def _create(self, seg: Segment) -> None:
@@ -328,6 +332,26 @@ class CommitLog:
             _fsync_dir(self.root)
         self.written_offset = self.max_offset
         return removed
+
+    def remove_first(self) -> Segment:
+        """Take the oldest segment out of the log (retention; never the last one, which is being
+        written): its file is unlinked at once, its descriptor stays open for the caller to close once
+        no read in flight can use it (the disk space comes back then)."""
+        with self.files_lock:
+            if len(self.segments) < 2:
+                raise ValueError("the segment being written is never deleted")
+            seg = self.segments.pop(0)
+            seg.path.unlink(missing_ok=True)
+            _fsync_dir(self.root)
+        return seg
+
+    def modified_ms(self, seg: Segment) -> int:
+        """When ``seg`` was last written (its file's mtime), as RocketMQ's ``getLastModifiedTimestamp``."""
+        return os.fstat(seg.fd).st_mtime_ns // 1_000_000 if seg.fd >= 0 else 0
+
+    def close_removed(self, seg: Segment) -> None:
+        with self.files_lock:
+            seg.close()
 
     def clear(self, base_offset: int = 0) -> list[str]:
         """Delete every segment; the empty log then starts at ``base_offset`` (a multiple of the

@@ -2,11 +2,19 @@
 as RocketMQ's ``ConsumeQueue``. Entry n is the message at queue offset n.
 
 They are derived data: recovery rebuilds them from the commit log, so they never point past it.
+
+Retention (brokers/retention.py) deletes the commit log's oldest files; each queue's ``min_offset``
+then moves to its first entry still in the log (RocketMQ's ``correctMinOffset``), reads start there,
+and the file's bytes below it are given back to the filesystem (a hole punched: queue offsets keep
+their place in the file, so nothing is rewritten). A queue rebuilt by recovery starts at its first
+record's queue offset the same way, the file sparse below it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import logging
 import os
 import shutil
 import struct
@@ -15,6 +23,41 @@ from pathlib import Path
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
+_PAGE = 4096
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+
+log = logging.getLogger(__name__)
+
+
+def _fallocate():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):  # not Linux: the bytes below a queue's min stay on disk
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_fallocate_fn = _fallocate()
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Give bytes [offset, offset + length) of a file back to the filesystem (they read as zeros, the
+    file keeps its size). False where the system or filesystem cannot."""
+    if _fallocate_fn is None or length <= 0:
+        return False
+    if _fallocate_fn(fd, _FALLOC_FL_KEEP_SIZE | _FALLOC_FL_PUNCH_HOLE, offset, length) != 0:
+        global _punch_warned
+        if not _punch_warned:
+            _punch_warned = True
+            err = os.strerror(ctypes.get_errno())
+            log.warning("cannot punch holes in consume queues (%s): the bytes below their min offsets stay on disk", err)
+        return False
+    return True
+
+
+_punch_warned = False
 
 
 @functools.lru_cache(maxsize=65536)
@@ -36,8 +79,41 @@ class ConsumeQueue:
         size = os.fstat(self.fd).st_size
         self.count = size // ENTRY_SIZE  # entries written
         self.max_offset = self.count  # the next queue offset (entries written or pending)
+        self.min_offset = 0  # the first entry whose record is still in the commit log
+        self._punched = 0  # bytes from the file's start given back to the filesystem
         self._pending = bytearray()
         self.dirty = False
+
+    def skip_to(self, queue_offset: int) -> None:
+        """The next entry added gets ``queue_offset`` (a record read back from a log that starts above
+        this queue's end): the entries in between are holes (size 0) that readers skip. With nothing
+        pending the file just stays sparse there; a queue with no entry from its min on starts there."""
+        if queue_offset <= self.max_offset:
+            return
+        if self._pending:  # pending entries are one contiguous run
+            self._pending += bytes(ENTRY_SIZE * (queue_offset - self.max_offset))
+        if self.min_offset >= self.max_offset:
+            self.min_offset = queue_offset
+        self.max_offset = queue_offset
+
+    def advance_min(self, log_min: int) -> int:
+        """The commit log now starts at ``log_min``: the min offset moves to the first written entry
+        whose record is at or above it (entries are in log order: a binary search), and the bytes
+        below are punched out. Returns the new min offset."""
+        lo, hi = self.min_offset, self.count
+        while lo < hi:
+            mid = (lo + hi) // 2
+            phys, size, _ = ENTRY.unpack(os.pread(self.fd, ENTRY_SIZE, mid * ENTRY_SIZE))
+            if size > 0 and phys >= log_min:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.min_offset = lo
+        upto = lo * ENTRY_SIZE - lo * ENTRY_SIZE % _PAGE
+        if upto > self._punched:
+            punch_hole(self.fd, self._punched, upto - self._punched)
+            self._punched = upto
+        return lo
 
     def add(self, physical_offset: int, size: int, tags_hash: int) -> int:
         queue_offset = self.max_offset
@@ -73,8 +149,8 @@ class ConsumeQueue:
 
     def entries(self, start: int, max_count: int) -> list[tuple[int, int, int, int]]:
         """(queue offset, physical offset, size, tags hash) from ``start``, at most ``max_count``,
-        among the entries written."""
-        start = max(0, start)
+        among the entries written (none below the min offset: their records are deleted)."""
+        start = max(self.min_offset, start)
         n = max(0, min(max_count, self.count - start))
         if n == 0:
             return []

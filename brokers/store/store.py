@@ -34,6 +34,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Protocol
 
+from ..core.retention import LogFile
 from ..tasks import cancel_and_wait
 from . import codec
 from .codec import Entries, Record
@@ -99,7 +100,7 @@ class MessageStore:
         self.config = config
         self._write_gate = write_gate
         root = Path(config.store_path_root_dir)
-        self.commit_log = CommitLog(root / "commitlog", config.mapped_file_size_commit_log)
+        self.commit_log = CommitLog(root / "commitlog", config.mapped_file_size_commit_log, self._segment_started)
         self.consume_queues = ConsumeQueues(root / "consumequeue")
         self.checkpoint_path = root / "checkpoint"
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-io")
@@ -126,6 +127,8 @@ class MessageStore:
         self._reput_carry = b""  # a replicated record cut by the end of a transfer
         self.write_listeners: set[Callable[[], None]] = set()  # told after every commit-log write
         self.truncations = 0  # times the log was cut or restarted: readers of a queue start over
+        self.deletions = 0  # oldest files deleted (retention): queues' min offsets moved
+        self.segment_listeners: set[Callable[[], None]] = set()  # told when a commit-log file is started
         # Set when a commit-log write failed and the store stopped taking writes (``repair`` clears it):
         # a broker watching it steps down as master instead of refusing every send in place.
         self.failed = asyncio.Event()
@@ -209,8 +212,7 @@ class MessageStore:
                 cq.max_offset,
             )
             return
-        while cq.max_offset < msg.queue_offset:
-            cq.add(-1, 0, 0)
+        cq.skip_to(msg.queue_offset)
         if not publish:
             taken = cq.take_pending()  # earlier entries of this queue were published: write them first
             if taken:
@@ -522,6 +524,42 @@ class MessageStore:
         write_json_atomically(self.checkpoint_path, {"confirmPhyOffset": confirm})
         self._checkpointed_confirm = confirm
 
+    # --- retention (brokers/retention.py) -------------------------------------------------------------
+
+    def _segment_started(self) -> None:
+        for listener in list(self.segment_listeners):
+            listener()
+
+    def log_files(self, limit: int = 2) -> list[LogFile]:
+        """The oldest ``limit`` commit-log files as retention's rules see them."""
+        cl = self.commit_log
+        return [LogFile(seg.start, seg.start + seg.length, cl.modified_ms(seg)) for seg in cl.segments[:limit]]
+
+    async def delete_oldest_file(self) -> int:
+        """Delete the oldest commit-log file (never the one being written): the consume queues' min
+        offsets move past its records in the same I/O job, so no read finds an entry of a deleted
+        record; its descriptor is closed on the read thread, after any read of it in flight (the
+        master's shipping). Returns the bytes deleted."""
+
+        def delete():
+            seg = self.commit_log.remove_first()
+            for cq in self.consume_queues.queues.values():
+                cq.advance_min(self.commit_log.min_offset)
+            return seg
+
+        seg = await self._in_io(delete)
+        self.deletions += 1
+        await asyncio.get_running_loop().run_in_executor(self._reads, self.commit_log.close_removed, seg)
+        return seg.length
+
+    async def oldest_store_timestamp(self, topic: str | None = None, queue_id: int = 0) -> int | None:
+        """When the oldest message kept was stored (ms): of the whole log, or of one queue."""
+        if topic is None:
+            raw = await self.read_record(self.min_offset)
+            return decode(raw).store_timestamp if raw else None  # type: ignore[union-attr]
+        msgs = await self.get_messages(topic, queue_id, self.min_queue_offset(topic, queue_id), 1)
+        return msgs[0].store_timestamp if msgs else None
+
     # --- replication (slave side) -----------------------------------------------------------------
 
     async def append_replicated(self, chunks: list[tuple[int, bytes]], flush: bool = False) -> None:
@@ -768,8 +806,14 @@ class MessageStore:
     async def first_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue's min offset: its first message's (holes are skipped), its max offset when it has
         none."""
-        msgs = await self.get_messages(topic, queue_id, 0, 1)
+        msgs = await self.get_messages(topic, queue_id, self.min_queue_offset(topic, queue_id), 1)
         return msgs[0].queue_offset if msgs else self.max_queue_offset(topic, queue_id)
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first offset whose record is still kept (retention moves it; 0 for a queue
+        that never had one)."""
+        cq = self.consume_queues.queues.get((topic, queue_id))
+        return min(cq.min_offset, cq.count) if cq else 0
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset consumers can read (published entries)."""

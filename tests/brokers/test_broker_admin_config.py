@@ -55,6 +55,19 @@ def running() -> BrokerConfig:
             id="related keys together",
         ),
         pytest.param({"brokerStatusReportInterval": "500"}, {"brokerStatusReportInterval": ("2000", "500")}, id="ours"),
+        pytest.param({"deleteWhen": "01;13"}, {"deleteWhen": ("04", "01;13")}, id="retention: deleteWhen"),
+        pytest.param(
+            {"diskMaxUsedSpaceRatio": "60", "diskSpaceCleanForciblyRatio": "70", "diskSpaceWarningLevelRatio": "80"},
+            {
+                "diskMaxUsedSpaceRatio": ("75", "60"),
+                "diskSpaceCleanForciblyRatio": ("85", "70"),
+                "diskSpaceWarningLevelRatio": ("90", "80"),
+            },
+            id="retention: the three ratios together",
+        ),
+        pytest.param(
+            {"cleanFileForciblyEnable": "false"}, {"cleanFileForciblyEnable": ("true", "false")}, id="retention: forced"
+        ),
     ],
 )
 def test_a_dynamic_change_is_typed_and_names_what_changes(updates, changed):
@@ -82,6 +95,12 @@ def test_a_dynamic_change_is_typed_and_names_what_changes(updates, changed):
         pytest.param(
             {"minInSyncReplicas": "3"}, ["inSyncReplicas/minInSyncReplicas: need 1 <= minInSyncReplicas"], id="across keys"
         ),
+        pytest.param({"deleteWhen": "4pm"}, ["deleteWhen: '4pm' is not an hour"], id="retention: deleteWhen"),
+        pytest.param({"fileReservedTime": "0"}, ["fileReservedTime: must be > 0"], id="retention: hours > 0"),
+        pytest.param(
+            {"diskSpaceWarningLevelRatio": "80"}, ["diskSpaceCleanForciblyRatio: the ratios must be in order"], id="ratio order"
+        ),
+        pytest.param({"diskMaxUsedSpaceRatio": "96"}, ["diskMaxUsedSpaceRatio: must be between 10 and 95"], id="ratio range"),
         pytest.param({"retryMaxTimes": "3\nlistenPort=1"}, ["retryMaxTimes: the value must fit on one line"], id="one line"),
         pytest.param({"retryMaxTimes": ["3"]}, ["retryMaxTimes: must be a string"], id="not text"),
         pytest.param(

@@ -126,6 +126,18 @@ def test_the_peer_token_falls_back_to_the_control_plane_token_file(tmp_path):
         ({"sendHeartbeatTimeoutMillis": "-5"}, "sendHeartbeatTimeoutMillis: must be > 0"),
         ({"skipPreOnline": "1"}, "skipPreOnline: must be true or false"),
         ({"compatibleWithOldNameSrv": "true"}, "compatibleWithOldNameSrv: true is for nameservers older than RIP-32"),
+        # Retention (issue 37): RocketMQ's keys, and ours in milliseconds.
+        ({"deleteWhen": "4am"}, "deleteWhen: '4am' is not an hour"),
+        ({"deleteWhen": "04;25"}, "deleteWhen: '25' is not an hour"),
+        ({"fileReservedTime": "0"}, "fileReservedTime: must be > 0"),
+        ({"fileReservedTime": "-72"}, "fileReservedTime: must be > 0"),
+        ({"fileReservedTimeMillis": "-1"}, "fileReservedTimeMillis: must be >= 0"),
+        ({"diskMaxUsedSpaceRatio": "5"}, "diskMaxUsedSpaceRatio: must be between 10 and 95"),
+        ({"diskSpaceWarningLevelRatio": "99"}, "diskSpaceWarningLevelRatio: must be between 10 and 95"),
+        ({"diskMaxUsedSpaceRatio": "88"}, "diskSpaceCleanForciblyRatio: the ratios must be in order"),
+        ({"cleanResourceInterval": "0"}, "cleanResourceInterval: must be > 0"),
+        ({"deleteCommitLogFilesInterval": "0"}, "deleteCommitLogFilesInterval: must be > 0"),
+        ({"cleanFileForciblyEnable": "sometimes"}, "cleanFileForciblyEnable: must be true or false"),
         # Well-known RocketMQ keys of features this broker does not have.
         ({"namesrvAddr": "127.0.0.1:9876"}, "namesrvAddr: a RocketMQ broker key this broker does not support (brokers find"),
         ({"enableDLegerCommitLog": "true"}, "enableDLegerCommitLog: a RocketMQ broker key this broker does not support"),
@@ -340,6 +352,32 @@ def test_the_cli_exits_2_with_one_line_per_problem(tmp_path):
         [sys.executable, "-m", "brokers", "-c", str(tmp_path / "nope.conf")], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_retention_keys_default_as_rocketmq_and_ours_overrides_the_hours():
+    c = from_mapping(GOOD)
+    assert (c.fileReservedTime, c.deleteWhen, c.deleteCommitLogFilesInterval, c.cleanResourceInterval) == (72, "04", 100, 10000)
+    assert (c.diskMaxUsedSpaceRatio, c.diskSpaceCleanForciblyRatio, c.diskSpaceWarningLevelRatio) == (75, 85, 90)
+    assert c.cleanFileForciblyEnable and c.destroyMapedFileIntervalForcibly == 120000
+    assert c.retention_policy.reserved_ms == 72 * 3_600_000 and c.retention_policy.delete_hours == {4}
+    assert from_mapping({**GOOD, "fileReservedTimeMillis": "1500"}).retention_policy.reserved_ms == 1500
+
+
+def test_the_cli_refuses_bad_retention_keys_one_line_each(tmp_path):
+    conf = tmp_path / "broker.conf"
+    text = "".join(
+        f"{k}={v}\n"
+        for k, v in {**GOOD, "deleteWhen": "noon", "diskSpaceWarningLevelRatio": "97", "fileReservedTime": "0"}.items()
+    )
+    conf.write_text(text)
+    run = subprocess.run([sys.executable, "-m", "brokers", "-c", str(conf)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    for line in (
+        "deleteWhen: 'noon' is not an hour",
+        "diskSpaceWarningLevelRatio: must be between 10 and 95",
+        "fileReservedTime: must be > 0",
+    ):
+        assert sum(line in row for row in run.stderr.splitlines()) == 1, run.stderr
 
 
 def test_the_cli_names_a_rocketmq_key_it_does_not_support(tmp_path):

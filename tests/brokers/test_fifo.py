@@ -385,6 +385,9 @@ class SlowStore:
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         return len(self.messages)
 
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        return 0
+
     async def get_messages(self, topic: str, queue_id: int, offset: int, count: int) -> list[Message]:
         await asyncio.sleep(0)
         return self.messages[offset : offset + count]
