@@ -258,7 +258,8 @@ class TimerService:
         run: list[int] = []
         for o in [*offsets, -2]:
             if run and o != run[-1] + 1:
-                out += await self.store.get_messages(TIMER_TOPIC, WHEEL_QUEUE, run[0], len(run))
+                got = await self.store.get_messages(TIMER_TOPIC, WHEEL_QUEUE, run[0], len(run))
+                out += [m for m in got if m.queue_offset <= run[-1]]  # (a read below the min starts at it)
                 run = []
             run.append(o)
         return out
