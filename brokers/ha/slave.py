@@ -13,7 +13,7 @@ from ..retry import Backoff
 from ..store.cuts import CutCause, CutRefused
 from ..store.store import MessageStore
 from ..tasks import cancel_and_wait
-from .epoch import EpochCache, EpochEntry, EpochFile, plan_catch_up
+from .epoch import EpochCache, EpochEntry, EpochFile, ForkCase, plan_catch_up
 from .master import WRITE_TIMEOUT_S, LinkTimings
 from .packets import (
     MASTER_HANDSHAKE_HEADER_SIZE,
@@ -236,6 +236,8 @@ class HAClient:
         if not master:
             raise ReplicationError("the master has no epoch entries yet")
         point = self.epochs.find_consistent_point(store.max_offset, master, master_max)
+        if point < 0 and self.epochs.last_epoch() < master[0].epoch:
+            return await self._older_than_the_master(master, master_max)
         plan = plan_catch_up(store.min_offset, store.max_offset, master[0].start_offset, master_max, point)
         self.last_truncation = (str(plan.case), plan.offset)
         if plan.action == "REFUSE":
@@ -251,6 +253,19 @@ class HAClient:
         if plan.offset < store.max_offset:
             await self._cut_fork(str(plan.case), plan.offset, master, master_max)
         return False
+
+    async def _older_than_the_master(self, master: list[EpochEntry], master_max: int) -> bool:
+        """The master holds none of this replica's epochs: retention deleted them (truncatePrefixByOffset),
+        so its log starts after everything they cover (seed 004 case 1-1, seen through the epochs). What
+        this replica holds from the master's first entry on is of older epochs than the master's bytes
+        there: a fork, cut as one; the rest lies below the master's min, and the first transfer (from
+        the master's min: this replica reports 0) starts the log again there."""
+        store = self.store
+        at = max(master[0].start_offset, store.min_offset)
+        self.last_truncation = (str(ForkCase.CASE_1_1), at)
+        if at < store.max_offset:
+            await self._cut_fork(str(ForkCase.CASE_1_1), at, master, master_max)
+        return True
 
     async def _cut_fork(self, case: str, offset: int, master: list[EpochEntry], master_max: int) -> None:
         store = self.store

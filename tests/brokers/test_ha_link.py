@@ -197,6 +197,70 @@ def test_the_handshake_cuts_a_forked_tail_where_the_epochs_part(tmp_path, new_ma
     run(scenario())
 
 
+@pytest.mark.parametrize("deleted", ["below the fork", "past the replica's end"])
+def test_a_forked_replica_rejoins_a_master_that_deleted_its_oldest_files(tmp_path, deleted):
+    """Seed 004's truncation with retention on the master's side: A (master, epoch 1) replicates to
+    B, writes a tail B never gets; B becomes master at epoch 2, writes, and deletes its oldest files
+    (its epoch entries still start at 0). A rejoins: its forked tail is cut at the fork; when B kept
+    the fork, A follows from there, else B ships from its first file and A starts again at it. Either
+    way the two logs are then identical over what both hold, and no forked message is readable."""
+
+    async def scenario():
+        a_port, b_port = free_port(), free_port()
+        a = await Node(config(tmp_path / "a", "ASYNC_MASTER", 0, a_port)).start()
+        b = await Node(config(tmp_path / "b", "SLAVE", 1, b_port, a_port)).start()
+        await a.put(400, "shared")
+        await until(lambda: b.store.max_offset == a.store.max_offset, "the shared prefix")
+        fork = a.store.max_offset
+        await b.stop()
+        await a.put(50, "only-on-a")
+        a_end = a.store.max_offset
+        await a.stop()
+
+        async def epoch_2(node: Node) -> None:
+            node.ha.epochs.append(EpochEntry(2, node.store.max_offset))
+
+        b = await Node(config(tmp_path / "b", "ASYNC_MASTER", 0, b_port)).start(before_ha=epoch_2)
+        await b.put(600, "epoch-2")
+
+        def more() -> bool:  # below the fork: the files wholly below it; past: up to A's end and beyond
+            first = b.store.log_files()[0]
+            return first.end <= fork if deleted == "below the fork" else first.start <= a_end
+
+        while len(b.store.log_files()) > 1 and more():
+            await b.store.delete_oldest_file()
+            b.ha.epochs.truncate_prefix_by_offset(b.store.min_offset)
+        assert (b.store.min_offset < fork) == (deleted == "below the fork") and b.store.min_offset > 0
+        a = await Node(config(tmp_path / "a", "SLAVE", 1, a_port, b_port)).start()
+        try:
+            await until(lambda: a.store.max_offset == b.store.max_offset, "A following B")
+            if deleted == "below the fork":  # B still holds epoch 1: the fork is found as without retention
+                assert a.ha.client.last_truncation == ("1-2", fork)
+                assert a.store.min_offset == 0  # A kept its own copy of what B deleted
+            else:  # B holds no epoch of A's any more: A's tail is cut at B's first entry, A starts again
+                assert a.ha.client.last_truncation == ("1-1", fork)
+                assert a.store.min_offset == b.store.min_offset
+            tags = {m.properties["TAGS"] for q in range(3) for m in await a.store.get_messages("Orders", q, 0, 1000)}
+            assert "only-on-a" not in tags and "epoch-2" in tags
+            lo, hi = b.store.min_offset, b.store.max_offset
+            assert await same_bytes(a, b, lo, hi)
+        finally:
+            await a.stop()
+            await b.stop()
+
+    run(scenario())
+
+
+async def same_bytes(a: Node, b: Node, lo: int, hi: int) -> bool:
+    """Bytes [lo, hi) of both logs are equal (read segment by segment: read_raw stops at a segment's end)."""
+    while lo < hi:
+        x, y = await a.store.read_raw(lo, hi - lo), await b.store.read_raw(lo, hi - lo)
+        if x != y or not x:
+            return False
+        lo += len(x)
+    return True
+
+
 def test_a_replica_older_than_the_masters_whole_log_starts_again_at_its_min(tmp_path):
     """Seed 004 case 1-1: the slave's log ends before the master's min offset."""
 
