@@ -96,16 +96,17 @@ def _config(raw: object) -> dict[str, str]:
     return out
 
 
-def _rows(raw: object, names: int, limit: int, what: str) -> list[list]:
+def _rows(raw: object, names: int, limit: int, what: str, optional: int = 0) -> list[list]:
     """``[name, ..., queueId, offset, ...]`` rows of four: ``names`` leading names, then non-negative
-    integers. Every broker sends tens of thousands every few seconds, the same names over and over:
-    a name is checked once per report."""
+    integers; up to ``optional`` more at the end, each an integer or null (older brokers leave them
+    out). Every broker sends tens of thousands every few seconds, the same names over and over: a name
+    is checked once per report."""
     if not isinstance(raw, list) or len(raw) > limit:
         raise v.Invalid([f"must be a list of at most {limit} {what} rows"])
     good: set[str] = set()
     top = v.LONG_MAX
     for n, row in enumerate(raw):
-        ok = type(row) is list and len(row) == 4
+        ok = type(row) is list and 4 <= len(row) <= 4 + optional
         if ok:
             for x in row[:names]:
                 if type(x) is not str:
@@ -117,12 +118,15 @@ def _rows(raw: object, names: int, limit: int, what: str) -> list[list]:
                         break
                     good.add(x)
         if ok:
-            for x in row[names:]:
+            for x in row[names:4]:
                 if type(x) is not int or x < 0 or x > top:
                     ok = False
                     break
+            for x in row[4:]:
+                if x is not None and (type(x) is not int or x < 0 or x > top):
+                    ok = False
         if not ok:
-            shape = "[topic, queueId, minOffset, maxOffset]" if names == 1 else "[group, topic, queueId, committedOffset]"
+            shape = "[topic, queueId, minOffset, maxOffset, oldestMessageMs]" if names == 1 else "[group, topic, queueId, committedOffset]"
             raise v.Invalid({str(n): [f"a {what} row is {shape}: names, then integers >= 0"]})
     return raw
 
@@ -136,7 +140,7 @@ def parse_report(payload: object) -> dict:
     for field, parse in (
         ("status", _status),
         ("config", _config),
-        ("queues", lambda raw: _rows(raw, 1, MAX_QUEUE_ROWS, "queue")),
+        ("queues", lambda raw: _rows(raw, 1, MAX_QUEUE_ROWS, "queue", optional=1)),
         ("offsets", lambda raw: _rows(raw, 2, MAX_OFFSET_ROWS, "offset")),
     ):
         try:

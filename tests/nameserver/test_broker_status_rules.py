@@ -43,6 +43,9 @@ def test_a_report_is_kept_without_its_secrets():
         pytest.param({"config": {"bad key": "1"}}, "config", id="config key not a key name"),
         pytest.param({"queues": [["T", 0, 5]]}, "queues", id="queue row too short"),
         pytest.param({"queues": [["T/x", 0, 0, 1]]}, "queues", id="topic with a slash"),
+        pytest.param({"queues": [["T", 0, 0, 1, "x"]]}, "queues", id="horizon as text"),
+        pytest.param({"queues": [["T", 0, 0, 1, 5, 6]]}, "queues", id="queue row too long"),
+        pytest.param({"offsets": [["g", "T", 0, 4, None]]}, "offsets", id="offset row too long"),
         pytest.param({"offsets": [["g", "T", 0, -4]]}, "offsets", id="negative offset"),
         pytest.param({"offsets": [[["g"], "T", 0, 4]]}, "offsets", id="a group that is a list"),
         pytest.param({"offsets": [["g", {"T": 1}, 0, 4]]}, "offsets", id="a topic that is an object"),
@@ -54,6 +57,11 @@ def test_malformed_reports_are_refused_by_field(change, field):
     with pytest.raises(v.Invalid) as refused:
         core.parse_report(report(**change))
     assert field in refused.value.fields
+
+
+def test_queue_rows_may_carry_the_retention_horizon():
+    rows = [["T", 0, 5, 10, 1_700_000_000_000], ["T", 1, 3, 3, None], ["U", 0, 0, 4]]
+    assert core.parse_report(report(queues=rows))["queues"] == rows
 
 
 def test_the_writing_master_speaks_for_its_set_then_an_acting_one_then_the_newest():
