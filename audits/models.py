@@ -103,6 +103,7 @@ class Finding(models.Model):
     previous_at = models.DateTimeField(null=True, blank=True)
     offset = models.BigIntegerField()
     messages_again = models.BigIntegerField(default=0)
+    messages_lost = models.BigIntegerField(default=0)  # retention skips: deleted before the group consumed them
     queue_max_offset = models.BigIntegerField(null=True, blank=True)
     excess = models.BigIntegerField(null=True, blank=True)  # offset - queue max offset (beyond-max findings)
     event_count = models.IntegerField(default=1)
@@ -118,7 +119,8 @@ class Finding(models.Model):
             models.CheckConstraint(condition=Q(messages_again__gte=0), name="finding_messages_again_not_negative"),
             models.CheckConstraint(
                 condition=(Q(kind=FindingKind.ROLLBACK) & Q(cause__isnull=False) & Q(previous_offset__gt=models.F("offset")))
-                | (Q(kind=FindingKind.BEYOND_MAX_OFFSET) & Q(cause__isnull=True) & Q(offset__gt=models.F("queue_max_offset"))),
+                | (Q(kind=FindingKind.BEYOND_MAX_OFFSET) & Q(cause__isnull=True) & Q(offset__gt=models.F("queue_max_offset")))
+                | (Q(kind=FindingKind.RETENTION_SKIP) & Q(cause__isnull=True) & Q(messages_lost__gte=0)),
                 name="finding_kind_consistent",
             ),
         ]

@@ -67,6 +67,7 @@ class FindingSerializer(serializers.ModelSerializer):
     previousOffset = serializers.IntegerField(source="previous_offset", allow_null=True)
     previousAt = serializers.DateTimeField(source="previous_at", allow_null=True)
     messagesAgain = serializers.IntegerField(source="messages_again")
+    messagesLost = serializers.IntegerField(source="messages_lost")
     queueMaxOffset = serializers.IntegerField(source="queue_max_offset", allow_null=True)
     eventCount = serializers.IntegerField(source="event_count")
     detectedAt = serializers.DateTimeField(source="detected_at")
@@ -97,6 +98,7 @@ class FindingSerializer(serializers.ModelSerializer):
             "previousAt",
             "offset",
             "messagesAgain",
+            "messagesLost",
             "queueMaxOffset",
             "excess",
             "eventCount",

@@ -39,7 +39,17 @@ if __package__ in (None, ""):  # spark-submit spark_jobs/offset_audit.py: make t
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from spark_jobs import pg  # noqa: E402
-from spark_jobs.rules import COMMIT_ORDER, RESET_SLACK_MS, Commit, Decrease, History, Queue, at, judge  # noqa: E402
+from spark_jobs.rules import (  # noqa: E402
+    COMMIT_ORDER,
+    RESET_SLACK_MS,
+    Commit,
+    Decrease,
+    History,
+    Queue,
+    at,
+    judge,
+    retention_losses,
+)
 from spark_jobs.schema import PARTITION_COLUMN, SERVING_SOURCES, Finding, FindingKind, Source  # noqa: E402
 
 KEY = ("consumer_group", "topic", "broker_name", "queue_id")
@@ -477,12 +487,15 @@ def audit(
     over = beyond_max(scanned).orderBy(F.col("excess").desc()).limit(max_findings).collect()
     out.events_scanned = scanned.where(F.col("kind") == segments.COUNT).agg(F.sum("events")).first()[0] or 0
 
+    progress.stage("counting messages lost to retention", 0.95, 0.98)
+    skips = retention_skips(spark, store, max_findings)
+
     by_cause: Counter[str] = Counter()
     again_by_cause: Counter[str] = Counter()
     for f in judged.findings:
         by_cause[f.cause] += 1
         again_by_cause[f.cause] += f.messages_again
-    out.findings = [*judged.findings, *(_beyond_max_finding(r) for r in over)]
+    out.findings = [*judged.findings, *(_beyond_max_finding(r) for r in over), *skips]
     out.rollbacks = total_rollbacks
     out.messages_again = sum(again_by_cause.values())
     out.beyond_max_offset = len(over)
@@ -492,17 +505,46 @@ def audit(
         "truncated": len(judged.findings) < total_rollbacks,
         "queuesOrderedExactly": out.queues_ordered_exactly,
         "residentSpark": is_remote(spark),
+        "retentionSkips": len(skips),
+        "messagesLostToRetention": sum(f.messages_lost for f in skips),
     }
     return out
+
+
+def retention_skips(spark, store: EventFiles, max_findings: int = MAX_FINDINGS) -> list[Finding]:
+    """The retention skips (rules.retention_losses) of at most ``max_findings`` queues: their queues'
+    events are few, read whole and judged in the driver by the rule itself."""
+    from spark_jobs import segments
+
+    function = functools.partial(segments.source_rows, uri=store.uri, groups=store.groups, source=Source.RETENTION_SKIP.value)
+    skipped = _over_files(spark, store, function, segments.EVENTS).select("queue_key").distinct().limit(max_findings)
+    keys = [r.queue_key for r in skipped.collect()]
+    if not keys:
+        return []
+    function = functools.partial(segments.exact_rows, uri=store.uri, groups=store.groups, keys=keys)
+    rows = _over_files(spark, store, function, segments.EVENTS).collect()
+    return retention_losses(
+        (
+            Queue(r.consumer_group, r.topic, r.broker_name, r.queue_id),
+            Commit(
+                r.broker_id, r.role or "", r.master_epoch, r.ts_ms, r.offset, r.source, r.cluster_name or "", r.queue_max_offset
+            ),
+        )
+        for r in rows
+    )
 
 
 def _decrease(r) -> Decrease:
     """A row of ``decreases`` as the rules' values."""
     previous = Commit(r.prev_broker_id, r.prev_role or "", r.prev_master_epoch, r.prev_ts_ms, r.prev_offset, r.prev_source)
-    current = Commit(
+    return Decrease(Queue(r.consumer_group, r.topic, r.broker_name, r.queue_id), previous, _commit(r))
+
+
+def _commit(r) -> Commit:
+    """A row's commit (its current one, for a decrease) as the rules' value."""
+    return Commit(
         r.broker_id, r.role or "", r.master_epoch, r.ts_ms, r.offset, r.source, r.cluster_name or "", r.queue_max_offset
     )
-    return Decrease(Queue(r.consumer_group, r.topic, r.broker_name, r.queue_id), previous, current)
 
 
 def _beyond_max_finding(r) -> Finding:

@@ -256,6 +256,49 @@ def judge(found: Iterable[Decrease], history: History, reset_slack_ms: int = RES
     return Judgement(tuple(findings), explained)
 
 
+def retention_losses(commits: Iterable[tuple[Queue, Commit]]) -> list[Finding]:
+    """Each retention skip (a broker moved a group up to its queue's min offset: retention deleted the
+    messages first) with the served commit before it in commit order: the messages the group never
+    got are the offsets between the two (0 when the commit before is not among ``commits``). A skip
+    goes forward: it is never a rollback, and a commit after it below it is one."""
+    served: dict[Queue, list[Commit]] = defaultdict(list)
+    for queue, commit in commits:
+        if is_served(commit):
+            served[queue].append(commit)
+    found = []
+    for queue in sorted(served):
+        previous: Commit | None = None
+        for commit in sorted(served[queue], key=commit_order):
+            if commit.source == Source.RETENTION_SKIP:
+                found.append(retention_finding(queue, previous, commit))
+            previous = commit
+    return found
+
+
+def retention_finding(q: Queue, previous: Commit | None, current: Commit) -> Finding:
+    lost = current.offset - previous.offset if previous is not None and previous.offset < current.offset else 0
+    return Finding(
+        kind=FindingKind.RETENTION_SKIP,
+        cluster_name=current.cluster_name,
+        consumer_group=q.consumer_group,
+        topic=q.topic,
+        broker_name=q.broker_name,
+        queue_id=q.queue_id,
+        master_epoch=current.master_epoch,
+        broker_id=current.broker_id,
+        role=current.role,
+        source=current.source,
+        previous_broker_id=None if previous is None else previous.broker_id,
+        previous_master_epoch=None if previous is None else previous.master_epoch,
+        previous_offset=None if previous is None else previous.offset,
+        previous_at=None if previous is None else at(previous.ts_ms),
+        offset=current.offset,
+        messages_lost=lost,
+        queue_max_offset=current.queue_max_offset,
+        detected_at=at(current.ts_ms),
+    )
+
+
 def rollbacks(commits: Iterable[tuple[Queue, Commit]], history: History, reset_slack_ms: int = RESET_SLACK_MS) -> Judgement:
     """The audit's rollback findings, straight from the definitions: the reference the job is tested against."""
     return judge(decreases(commits), history, reset_slack_ms)

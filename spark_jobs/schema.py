@@ -31,6 +31,9 @@ class Source(StrEnum):
     # Ours: a broker found a committed offset beyond its queue's end (a shorter log became the
     # master's in an unclean election) and started the group again at the end (OFFSET_OVERFLOW).
     OFFSET_CORRECTED = "offset_corrected"
+    # Ours: a committed offset was below its queue's min offset (retention deleted the messages before
+    # the group consumed them) and the broker moved the group to the min offset (OFFSET_TOO_SMALL).
+    RETENTION_SKIP = "retention_skip"
 
 
 # Sources that say what the serving broker of a replica group holds. A slave's synced copy lags its
@@ -42,6 +45,7 @@ SERVING_SOURCES = (
     Source.OPERATOR_RESET,
     Source.MASTER_TAKEOVER,
     Source.OFFSET_CORRECTED,
+    Source.RETENTION_SKIP,
 )
 
 
@@ -55,6 +59,7 @@ class Cause(StrEnum):
 class FindingKind(StrEnum):
     ROLLBACK = "rollback"
     BEYOND_MAX_OFFSET = "beyond_max_offset"
+    RETENTION_SKIP = "retention_skip"
 
     @property
     def label(self) -> str:
@@ -64,6 +69,7 @@ class FindingKind(StrEnum):
 _FINDING_KIND_LABELS = {
     FindingKind.ROLLBACK: "committed offset went back",
     FindingKind.BEYOND_MAX_OFFSET: "committed offset beyond the queue's max offset",
+    FindingKind.RETENTION_SKIP: "messages deleted by retention before the group consumed them",
 }
 
 
@@ -89,6 +95,7 @@ class Finding:
     previous_at: datetime | None = None
     offset: int
     messages_again: int = 0
+    messages_lost: int = 0  # retention skips: messages deleted before the group consumed them
     queue_max_offset: int | None = None
     excess: int | None = None  # offset - queue max offset (beyond-max findings)
     event_count: int = 1

@@ -335,3 +335,16 @@ def exact_rows(
             table = read_file(fs, path)
             table = table.filter(pc.is_in(table.column("queue_key"), value_set=wanted))
             yield from table.cast(EVENTS).to_batches()
+
+
+def source_rows(
+    batches: Iterable[pa.RecordBatch], uri: str, groups: Sequence[Sequence[str]], source: str
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over ``spark.range(len(groups))``: the events reported with ``source`` (EVENTS);
+    for the rare sources (a retention skip), whose queues the job then reads whole (``exact_rows``)."""
+    fs, _ = filesystem(uri)
+    for gid in _group_ids(batches):
+        for path in groups[gid]:
+            table = read_file(fs, path)
+            table = table.filter(pc.equal(table.column("source"), source))
+            yield from table.cast(EVENTS).to_batches()

@@ -159,3 +159,28 @@ def test_events_older_than_the_lookback_are_not_audited(spark, events_uri):
         execute(spark, conn, run.pk, events_uri, lookback_days=7)
     run.refresh_from_db()
     assert (run.events_scanned, run.rollbacks) == (0, 0)
+
+
+def test_retention_skips_are_counted_as_messages_lost_apart_from_rollbacks(spark, events_uri):
+    """A broker moved group g7 past messages retention deleted (source retention_skip): 1108 - 30 = 1078
+    lost on queue 0, none known on queue 1 (no commit before the skip); a later commit above the skip
+    is no rollback, one below it is."""
+    t0, s, skip = now_ms(), 1000, "retention_skip"
+    store(
+        events_uri,
+        batch("rg-ret", 0, "SYNC_MASTER", 1, [("g7", "t7", 0, 30, CC, t0), ("g7", "t7", 0, 1108, skip, t0 + s)]),
+        batch("rg-ret", 0, "SYNC_MASTER", 1, [("g7", "t7", 0, 1200, CC, t0 + 2 * s), ("g7", "t7", 1, 500, skip, t0 + s)]),
+        batch("rg-ret", 0, "SYNC_MASTER", 1, [("g7", "t7", 1, 450, CC, t0 + 3 * s)]),
+    )
+    run = AuditRun.objects.create(trigger="cli", status=RunStatus.RUNNING, active=True)
+    with pg.connect(job_environment()["DATABASE_URL"]) as conn:
+        execute(spark, conn, run.pk, events_uri, lookback_days=7)
+    lost = {
+        f.queue_id: (f.previous_offset, f.offset, f.messages_lost, f.source)
+        for f in Finding.objects.filter(run=run, kind="retention_skip")
+    }
+    assert lost == {0: (30, 1108, 1078, skip), 1: (None, 500, 0, skip)}
+    rollbacks = [(f.queue_id, f.previous_offset, f.offset) for f in Finding.objects.filter(run=run, kind="rollback")]
+    assert rollbacks == [(1, 500, 450)]
+    run.refresh_from_db()
+    assert (run.summary["retentionSkips"], run.summary["messagesLostToRetention"], run.rollbacks) == (2, 1078, 1)

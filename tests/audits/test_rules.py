@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.rules import Commit, Election, attribute, is_rollback, messages_consumed_again, reset_scope
+from spark_jobs.rules import (
+    Commit,
+    Election,
+    Queue,
+    attribute,
+    is_rollback,
+    messages_consumed_again,
+    reset_scope,
+    retention_losses,
+)
 from spark_jobs.schema import Cause
 
 pytestmark = pytest.mark.unit
@@ -77,3 +86,17 @@ def test_what_counts_as_a_rollback_and_how_many_messages_come_again(previous, cu
 )
 def test_which_queues_a_logged_operator_reset_covers(params, scope):
     assert reset_scope(params) == scope
+
+
+def test_retention_losses_pair_each_skip_with_the_served_commit_before_it():
+    q = Queue("g", "t", "rg", 0)
+    commits = [
+        (q, Commit(0, "SYNC_MASTER", 1, 10, 40, "client_commit")),
+        (q, Commit(1, "SLAVE", 1, 15, 60, "slave_sync")),  # not served: a slave's copy
+        (q, Commit(0, "SYNC_MASTER", 1, 20, 100, "retention_skip")),
+        (q, Commit(0, "SYNC_MASTER", 1, 30, 120, "client_commit")),
+        (q, Commit(0, "SYNC_MASTER", 1, 40, 300, "retention_skip")),
+    ]
+    found = retention_losses(reversed(commits))  # in any order: the rule orders by commit order
+    assert [(f.previous_offset, f.offset, f.messages_lost) for f in found] == [(40, 100, 60), (120, 300, 180)]
+    assert all(f.kind == "retention_skip" and f.cause is None for f in found)
