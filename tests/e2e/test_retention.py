@@ -211,7 +211,7 @@ def test_a_slave_away_longer_than_the_retention_rejoins_from_the_masters_first_f
     with uvicorn_server() as base:
         keys = {"fileReservedTimeMillis": 1500, **RETENTION}
         master = Replica(tmp_path, "master", 0, "ASYNC_MASTER", base, token, **keys)
-        slave = Replica(tmp_path, "slave", 1, "SLAVE", base, token, **keys)
+        slave = Replica(tmp_path, "slave", 1, "SLAVE", base, token, haMasterAddress=f"127.0.0.1:{master.ha_port}", **keys)
         master.start()
         slave.start()
         try:
