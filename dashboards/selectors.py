@@ -442,12 +442,22 @@ def consumer_group(group: str) -> dict | None:
         t["queues"] += 1
         t["lag"] += q["lag"]
         t["stale"] = t["stale"] or q["stale"]
-    return {**progress, "topics": list(topics.values()), "stale": any(t["stale"] for t in topics.values())}
+    return {
+        **progress,
+        "topics": list(topics.values()),
+        "stale": any(t["stale"] for t in topics.values()),
+        "behindHorizon": any(q["behindHorizon"] for q in progress["queues"]),
+    }
 
 
 def broker_reports(broker_name: str, broker_id: int) -> list[dict]:
     """The status and config one broker last reported (one per address it reported from)."""
     return broker_status.reports(broker_name, broker_id)
+
+
+def topic_horizons(broker_name: str) -> list[tuple[str, int]]:
+    """(topic, store time of its oldest message kept) of a broker set, oldest first."""
+    return sorted(broker_status.topic_horizons(broker_name).items(), key=lambda kv: (kv[1], kv[0]))
 
 
 RECENT_DRILLS = 10

@@ -315,6 +315,7 @@ def broker(request, broker_name: str, broker_id: int):
             "b": report,
             "others": [r for r in reports if r is not report],
             "config": [(key, value, key in dynamic) for key, value in sorted(report["config"].items())],
+            "horizons": selectors.topic_horizons(broker_name),
             "group_url": _group_url()(broker_name),
             "page": page,
         },

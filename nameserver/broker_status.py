@@ -190,6 +190,12 @@ def consumer_progress(group: str, cluster_name: str | None = None) -> dict | Non
     return {"group": group, "lag": sum(p.lag for p in rows), "queues": [p.as_dict() for p in rows]}
 
 
+def topic_horizons(broker_name: str) -> dict[str, int]:
+    """Per topic of a broker set, when its oldest message kept was stored (its serving broker's report)."""
+    report = _serving(None).get(broker_name)
+    return core.topic_horizons(report.get("queues", [])) if report is not None else {}
+
+
 def topic_offsets(topic: str, cluster_name: str | None = None) -> list[dict]:
     """The min and max offsets of each queue of ``topic``, per broker set."""
     return core.topic_queues(_serving(cluster_name), topic)

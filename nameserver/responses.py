@@ -220,6 +220,29 @@ class MigrationAnswer(_Ack):
 # --- broker status, consumer progress, topic status -------------------------------------------------
 
 
+class _StoreStatus(serializers.Serializer):
+    """brokers/retention.py's figures (docs/retention.md)."""
+
+    diskPath = serializers.CharField(required=False, allow_null=True)
+    diskTotalBytes = serializers.IntegerField(required=False, allow_null=True)
+    diskUsedBytes = serializers.IntegerField(required=False, allow_null=True)
+    diskUsedRatio = serializers.FloatField(required=False, allow_null=True, help_text="percent of the store's filesystem")
+    diskMaxUsedSpaceRatio = serializers.IntegerField(required=False, allow_null=True)
+    diskSpaceCleanForciblyRatio = serializers.IntegerField(required=False, allow_null=True)
+    diskSpaceWarningLevelRatio = serializers.IntegerField(required=False, allow_null=True)
+    diskFull = serializers.BooleanField(required=False, allow_null=True, help_text="past the warning ratio: sends refused")
+    retentionMs = serializers.IntegerField(required=False, allow_null=True)
+    oldestMessageMs = serializers.IntegerField(required=False, allow_null=True, help_text="the retention horizon")
+    commitLogBytes = serializers.IntegerField(required=False, allow_null=True)
+    bytesDeletedLastHour = serializers.IntegerField(required=False, allow_null=True)
+    filesDeletedTotal = serializers.IntegerField(required=False, allow_null=True)
+    bytesDeletedTotal = serializers.IntegerField(required=False, allow_null=True)
+    writeBytesPerS = serializers.FloatField(required=False, allow_null=True, help_text="over the last minute")
+    secondsUntilFull = serializers.FloatField(
+        required=False, allow_null=True, help_text="until diskSpaceWarningLevelRatio at writeBytesPerS; null when not writing"
+    )
+
+
 class _BrokerStatus(serializers.Serializer):
     role = serializers.CharField(required=False, allow_null=True, help_text="ASYNC_MASTER, SYNC_MASTER or SLAVE")
     metaMode = serializers.CharField(
@@ -238,6 +261,7 @@ class _BrokerStatus(serializers.Serializer):
     pid = serializers.IntegerField(required=False, allow_null=True)
     topics = serializers.IntegerField(required=False, allow_null=True)
     consumerGroups = serializers.IntegerField(required=False, allow_null=True)
+    store = _StoreStatus(required=False, allow_null=True)
 
 
 @extend_schema_serializer(component_name="BrokerStatusReport")
@@ -268,6 +292,9 @@ class _GroupSummary(serializers.Serializer):
     maxOffset = serializers.IntegerField(help_text="summed over its queues")
     lag = serializers.IntegerField(help_text="messages stored and not yet consumed, summed")
     stale = serializers.BooleanField(help_text="one of its broker sets' reports is stale")
+    behindHorizon = serializers.BooleanField(
+        help_text="a queue's committed offset is below the queue's min offset: retention deleted messages it never got"
+    )
 
 
 @extend_schema_serializer(component_name="ConsumerGroups")
@@ -284,6 +311,8 @@ class _QueueProgress(serializers.Serializer):
     maxOffset = serializers.IntegerField(allow_null=True, help_text="null: the queue is gone from its broker")
     lag = serializers.IntegerField()
     stale = serializers.BooleanField()
+    minOffset = serializers.IntegerField(allow_null=True, help_text="the queue's first offset kept (retention moves it)")
+    behindHorizon = serializers.BooleanField(help_text="committedOffset < minOffset: the group's next pop skips forward")
 
 
 @extend_schema_serializer(component_name="ConsumerProgress")

@@ -18,6 +18,9 @@ register = template.Library()
 def consumer_row(group: dict, url: str) -> str:
     name = escape(group["group"])
     stale = ' <span class="warn">stale</span>' if group["stale"] else ""
+    if group.get("behindHorizon"):
+        title = "its committed offset is below a queue's min offset: retention deleted messages it never got"
+        stale += f' <span class="badge behind-horizon" title="{title}">behind the retention horizon</span>'
     return (
         f'<tr data-group="{name}"><td><a href="{escape(url)}">{name}</a>{stale}</td>'
         f"<td>{escape(', '.join(group['topics']))}</td>"

@@ -52,6 +52,41 @@ def perm(value) -> str:
 
 
 @register.filter
+def bytes_size(value) -> str:
+    """1536 -> "1.5 KiB" ("—" for none)."""
+    if value is None or value == "":
+        return "—"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return "—"
+
+
+@register.filter
+def duration_s(value) -> str:
+    """Seconds as "3 d 4 h", "2 h 5 min", "4 min 10 s" or "12 s" ("—" for none)."""
+    if value is None or value == "":
+        return "—"
+    s = int(float(value))
+    d, h, m = s // 86400, s % 86400 // 3600, s % 3600 // 60
+    if d:
+        return f"{d} d {h} h"
+    if h:
+        return f"{h} h {m} min"
+    if m:
+        return f"{m} min {s % 60} s"
+    return f"{s} s"
+
+
+@register.filter
+def ms_to_s(value):
+    """Milliseconds as seconds (None stays None)."""
+    return None if value is None or value == "" else int(value) / 1000
+
+
+@register.filter
 def yes_no(value) -> str:
     return "yes" if value else "no"
 

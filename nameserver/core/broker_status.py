@@ -55,6 +55,49 @@ _STATUS_BOOL = {"writable", "isolated"}
 _STATUS_TEXT_MAX = 300
 
 
+# status.store (brokers/retention.py): the disk against the three ratios, the retention horizon, deletions.
+_STORE_INT = {
+    "diskTotalBytes",
+    "diskUsedBytes",
+    "diskMaxUsedSpaceRatio",
+    "diskSpaceCleanForciblyRatio",
+    "diskSpaceWarningLevelRatio",
+    "retentionMs",
+    "oldestMessageMs",
+    "commitLogBytes",
+    "bytesDeletedLastHour",
+    "filesDeletedTotal",
+    "bytesDeletedTotal",
+}
+_STORE_FLOAT = {"diskUsedRatio", "writeBytesPerS", "secondsUntilFull"}
+_STORE_BOOL = {"diskFull"}
+_STORE_TEXT = {"diskPath"}
+
+
+def _store(raw: object) -> dict:
+    """``status.store``'s known fields, type-checked (null allowed); unknown ones are dropped."""
+    if not isinstance(raw, dict):
+        raise v.Invalid(["must be an object"])
+    out: dict = {}
+    for k, value in raw.items():
+        if value is None:
+            bad = None
+        elif k in _STORE_INT:
+            bad = None if type(value) is int and 0 <= value <= v.LONG_MAX else "must be an integer >= 0"
+        elif k in _STORE_FLOAT:
+            bad = None if type(value) in (int, float) and 0 <= value < 1e18 else "must be a number >= 0"
+        elif k in _STORE_BOOL:
+            bad = v.boolean(value)
+        elif k in _STORE_TEXT:
+            bad = v.text(_STATUS_TEXT_MAX)(value)
+        else:
+            continue
+        if bad is not None:
+            raise v.Invalid({f"store.{k}": [bad]})
+        out[k] = value
+    return out
+
+
 def _status(raw: object) -> dict:
     """The known status fields, type-checked (null allowed); unknown ones are dropped."""
     if not isinstance(raw, dict):
@@ -64,6 +107,12 @@ def _status(raw: object) -> dict:
     for k, value in raw.items():
         if value is None:
             out[k] = None
+            continue
+        if k == "store":
+            try:
+                out[k] = _store(value)
+            except v.Invalid as exc:
+                errors[k] = exc.fields
             continue
         if k in _STATUS_TEXT:
             bad = v.text(_STATUS_TEXT_MAX)(value)
@@ -79,7 +128,7 @@ def _status(raw: object) -> dict:
             out[k] = value
     if errors:
         raise v.Invalid(errors)
-    return {k: out[k] for k in out if k in _STATUS_TEXT | _STATUS_INT | _STATUS_BOOL}
+    return {k: out[k] for k in out if k in _STATUS_TEXT | _STATUS_INT | _STATUS_BOOL | {"store"}}
 
 
 def _config(raw: object) -> dict[str, str]:
@@ -126,7 +175,11 @@ def _rows(raw: object, names: int, limit: int, what: str, optional: int = 0) -> 
                 if x is not None and (type(x) is not int or x < 0 or x > top):
                     ok = False
         if not ok:
-            shape = "[topic, queueId, minOffset, maxOffset, oldestMessageMs]" if names == 1 else "[group, topic, queueId, committedOffset]"
+            shape = (
+                "[topic, queueId, minOffset, maxOffset, oldestMessageMs]"
+                if names == 1
+                else "[group, topic, queueId, committedOffset]"
+            )
             raise v.Invalid({str(n): [f"a {what} row is {shape}: names, then integers >= 0"]})
     return raw
 
@@ -195,6 +248,12 @@ class QueueProgress:
     committed_offset: int
     max_offset: int | None  # None: the queue is not in the report (a topic deleted since)
     stale: bool
+    min_offset: int | None = None  # the queue's first offset kept (retention moves it)
+
+    @property
+    def behind_horizon(self) -> bool:
+        """The group's backlog reaches below what retention keeps: its next pop skips forward."""
+        return self.min_offset is not None and self.committed_offset < self.min_offset
 
     @property
     def lag(self) -> int:
@@ -211,6 +270,8 @@ class QueueProgress:
             "maxOffset": self.max_offset,
             "lag": self.lag,
             "stale": self.stale,
+            "minOffset": self.min_offset,
+            "behindHorizon": self.behind_horizon,
         }
 
 
@@ -220,11 +281,13 @@ def progress(serving: dict[str, dict], group: str | None = None) -> list[QueuePr
     rows = []
     for broker_name, r in serving.items():
         max_of = {(q[0], q[1]): q[3] for q in r.get("queues", ())}
+        min_of = {(q[0], q[1]): q[2] for q in r.get("queues", ())}
         stale = r.get("stale", False)
         for g, topic, queue_id, committed in r.get("offsets", ()):
             if group is None or g == group:
+                key = (topic, queue_id)
                 row = QueueProgress(
-                    g, topic, broker_name, r["brokerId"], queue_id, committed, max_of.get((topic, queue_id)), stale
+                    g, topic, broker_name, r["brokerId"], queue_id, committed, max_of.get(key), stale, min_of.get(key)
                 )
                 rows.append(row)
     rows.sort(key=lambda p: (p.group, p.topic, p.broker_name, p.queue_id))
@@ -245,6 +308,7 @@ def groups_summary(rows: list[QueueProgress]) -> list[dict]:
                 "maxOffset": 0,
                 "lag": 0,
                 "stale": False,
+                "behindHorizon": False,
             }
             out.append(current)
         if p.topic not in current["topics"]:
@@ -254,6 +318,17 @@ def groups_summary(rows: list[QueueProgress]) -> list[dict]:
         current["maxOffset"] += p.max_offset or 0
         current["lag"] += p.lag
         current["stale"] = current["stale"] or p.stale
+        current["behindHorizon"] = current["behindHorizon"] or p.behind_horizon
+    return out
+
+
+def topic_horizons(queues: list[list]) -> dict[str, int]:
+    """Per topic, when its oldest message kept was stored (the queue rows' fifth element; topics
+    whose queues carry none are left out): the retention horizon the broker page shows."""
+    out: dict[str, int] = {}
+    for row in queues:
+        if len(row) > 4 and row[4] is not None:
+            out[row[0]] = min(out.get(row[0], row[4]), row[4])
     return out
 
 

@@ -66,7 +66,7 @@
     for (const q of progress.queues) {
       const row = document.querySelector(`#group-queues tr[data-key="${CSS.escape(`${q.topic}/${q.brokerName}/${q.queueId}`)}"]`);
       if (!row) continue;
-      for (const field of ["committedOffset", "maxOffset", "lag"]) {
+      for (const field of ["committedOffset", "minOffset", "maxOffset", "lag"]) {
         Live.setText(row.querySelector(`[data-field="${field}"]`), Live.grouped(q[field]), field !== "committedOffset");
       }
     }

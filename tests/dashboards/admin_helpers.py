@@ -88,6 +88,7 @@ def report(
     offsets: list | None = None,
     config: dict | None = None,
     dynamic: tuple[str, ...] = ("retryMaxTimes", "minInSyncReplicas"),
+    store: dict | None = None,
 ) -> dict:
     """A broker's ``broker_status`` report as the nameserver keeps it (checked as the frame handler checks
     it, stored through ``nameserver.broker_status.store``); the broker must be registered to count as alive."""
@@ -112,6 +113,7 @@ def report(
             "pid": 4242,
             "topics": 1,
             "consumerGroups": 1,
+            **({"store": store} if store is not None else {}),
         },
         "config": {"retryMaxTimes": "16", "minInSyncReplicas": "1", "listenPort": "10911", **(config or {})},
         "dynamicKeys": list(dynamic),

@@ -92,3 +92,68 @@ def test_a_change_no_broker_answers_is_refused_clearly_and_changes_nothing(broke
     assert status == 503 and "did not answer" in answer["detail"] and "nothing was changed" in answer["detail"]
     assert post(operator, CONFIG, {"updates": {"retryMaxTimes": "3"}})[0] == 503
     assert OperatorAction.objects.count() == 0
+
+
+STORE = {
+    "diskPath": "/data/store",
+    "diskTotalBytes": 2 << 30,
+    "diskUsedBytes": int(0.872 * (2 << 30)),
+    "diskUsedRatio": 87.2,
+    "diskMaxUsedSpaceRatio": 75,
+    "diskSpaceCleanForciblyRatio": 85,
+    "diskSpaceWarningLevelRatio": 90,
+    "diskFull": True,
+    "retentionMs": 72 * 3_600_000,
+    "oldestMessageMs": 1_700_000_000_000,
+    "commitLogBytes": 1 << 30,
+    "bytesDeletedLastHour": 3 << 26,
+    "filesDeletedTotal": 12,
+    "bytesDeletedTotal": 12 << 26,
+    "writeBytesPerS": 1 << 20,
+    "secondsUntilFull": 150.0,
+    "futureField": "dropped",
+}
+
+
+def test_the_broker_page_shows_the_disk_against_its_ratios_and_the_retention_horizon(db):
+    register_set("c1", "a", 0, A)
+    queues = [["Orders", 0, 5, 9, 1_700_000_100_000], ["Orders", 1, 2, 9, 1_700_000_050_000], ["Empty", 0, 0, 0, None]]
+    stored = report("a", 0, A, store=STORE, queues=queues)
+    assert "futureField" not in stored["status"]["store"]
+    page = client_for("viewer", operator=False).get(PAGE).content.decode()
+    assert 'style="width: 87.2%"' in page and 'style="left: 85%"' in page and 'class="disk-bar full"' in page
+    assert '<b data-field="ratio">87.2 %</b> of 2.0 GiB' in page
+    assert "yes: sends are refused until use is back at 85 %" in page
+    assert "3 d 0 h" in page  # the retention, 72 h
+    assert "2023-11-14 22:13:20 UTC" in page  # the oldest message kept
+    assert '<span data-field="lastHour">192.0 MiB</span> in the last hour · 12 files, 768.0 MiB since start' in page
+    assert '<span data-field="untilFull">2 min 30 s</span> at 1.0 MiB/s' in page
+    # per topic: the oldest of its queues' first messages; a topic with no message kept is left out
+    assert '<tr data-topic="Orders"><td>Orders</td><td>2023-11-14 22:14:10</td></tr>' in page
+    assert 'data-topic="Empty"' not in page
+
+
+def test_a_broker_that_reports_no_store_figures_shows_no_disk_section(broker):
+    page = client_for("viewer", operator=False).get(PAGE).content.decode()
+    assert "broker-disk" not in page and "<h2>Configuration" in page
+
+
+def test_a_malformed_store_figure_refuses_the_report(db):
+    from mqrules import validation as v
+    from nameserver.core.broker_status import parse_report
+
+    with pytest.raises(v.Invalid) as refused:
+        parse_report(
+            {
+                "clusterName": "c1",
+                "brokerName": "a",
+                "brokerId": 0,
+                "brokerAddr": A,
+                "status": {"store": {"diskUsedRatio": "full"}},
+                "config": {},
+                "dynamicKeys": [],
+                "queues": [],
+                "offsets": [],
+            }
+        )
+    assert "store" in refused.value.fields["status"]

@@ -154,3 +154,30 @@ def test_the_topic_page_shows_queue_offsets_and_the_groups_reading_it(progress, 
     body = {"topicName": "Orders", "brokerNames": ["a"], "readQueueNums": 2, "writeQueueNums": 4, "preview": True}
     [change] = post(operator, reverse("dashboards:update-topic"), body)[1]["changes"]
     assert "queues 2–3 are no longer read: what they hold (700 messages)" in change["warnings"][0]
+
+
+def test_a_group_whose_backlog_is_older_than_the_retention_horizon_is_marked(progress, viewer):
+    """Set b's queues now start at 25 (retention deleted below it): billing committed 20 there."""
+    report(
+        "b",
+        0,
+        B,
+        queues=[["Orders", q, 25, 40, 1_700_000_000_000] for q in range(4)],
+        offsets=[["billing", "Orders", q, 20] for q in range(4)],
+    )
+    page = viewer.get(reverse("dashboards:consumers")).content.decode()
+    billing = page.split('<tr data-group="billing">')[1].split("</tr>")[0]
+    audit = page.split('<tr data-group="audit">')[1].split("</tr>")[0]
+    assert "behind the retention horizon" in billing and "behind-horizon" not in audit
+    group = viewer.get(reverse("dashboards:consumer-group", args=["billing"])).content.decode()
+    assert 'id="behind-horizon"' in group
+    marked = [
+        k
+        for k in rows(group, "data-key")
+        if "behind the retention horizon" in group.split(f'<tr data-key="{k}">')[1].split("</tr>")[0]
+    ]
+    assert marked == [f"Orders/b/{q}" for q in range(4)]
+    row = group.split('<tr data-key="Orders/b/0">')[1].split("</tr>")[0]
+    assert '"minOffset">25<' in row
+    body = viewer.get(reverse("dashboards:consumer-progress", args=["billing"])).json()
+    assert body["behindHorizon"] and sum(q["behindHorizon"] for q in body["queues"]) == 4
