@@ -116,6 +116,8 @@ async def broker_status_report(connection: ws.BrokerConsumer, payload: dict) -> 
     report = parse_report(payload)
     await connection.check_binding(clusters=[report["clusterName"]], broker_sets=[report["brokerName"]], remember=True)
     await broker_status.store_async(report)
+    if report["status"].get("metaMode") == "WRITER":  # the set's serving master: its min offsets expire segments
+        await database_sync_to_async(static_topics.expire_reported)(report["brokerName"], report["queues"])
     return {}
 
 

@@ -10,7 +10,7 @@ same rules and writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -129,6 +129,34 @@ def seal(topic: str, queue_id: int, broker_name: str, physical_queue: int, end: 
         params = {"queueId": queue_id, "brokerName": broker_name, "physicalQueue": physical_queue, "sealedEnd": end}
         _store(row, after, StaticTopicChange.Kind.DECIDE, f"broker:{broker_name}", params)
     return after
+
+
+def expire_reported(broker_name: str, queues: Sequence[Sequence]) -> list[lq.TopicMapping]:
+    """Seed 003 table 3: the serving broker of ``broker_name`` reported its queues' min offsets (its
+    ``broker_status`` rows ``[topic, queueId, minOffset, maxOffset, ...]``): each static topic's read-only
+    segments there whose data retention deleted become Expired (``lq.expire``, decided again on the
+    locked row, stored with its history row). Cheap when nothing expires: the mappings naming the set
+    are cached per registry version and judged before any lock. Returns the mappings changed."""
+    mins: dict[str, dict[int, int]] = {}
+    for row in queues:
+        mins.setdefault(row[0], {})[row[1]] = row[2]
+    changed = []
+    for wire in mappings_for(broker_name):
+        m = lq.TopicMapping.from_wire(wire)
+        if m.topic not in mins or lq.expire(m, broker_name, mins[m.topic]) is m:
+            continue
+        with transaction.atomic():
+            row = StaticTopic.objects.select_for_update().filter(topic=m.topic).first()
+            if row is None:
+                continue
+            current = lq.TopicMapping.from_wire(row.mapping)
+            after = lq.expire(current, broker_name, mins[m.topic])
+            if after is current:
+                continue
+            params = {"brokerName": broker_name, "minOffsets": {str(q): o for q, o in sorted(mins[m.topic].items())}}
+            _store(row, after, StaticTopicChange.Kind.EXPIRE, f"broker:{broker_name}", params)
+        changed.append(after)
+    return changed
 
 
 def create(topic: str, queue_count: int, broker_names: list[str], *, actor: str) -> lq.TopicMapping:

@@ -236,3 +236,45 @@ def test_the_seal_frame_decides_and_a_malformed_one_is_answered_with_field_error
     assert set(refused["payload"]["fields"]) == {"queueId", "sealedEnd"}
     assert unknown["type"] == "error" and unknown["payload"]["code"] == C.TOPIC_NOT_EXIST
     assert static_topics.mapping_of("Orders").queues[1].writable.logic_start == 55 and stored_epoch() == 3
+
+
+def status_report(broker_name: str, meta_mode: str, queues: list) -> dict:
+    """A broker_status frame's payload (docs/websocket.md) with the given queue rows."""
+    return {
+        "clusterName": "DefaultCluster",
+        "brokerName": broker_name,
+        "brokerId": 0,
+        "brokerAddr": ADDRS[broker_name],
+        "status": {"metaMode": meta_mode},
+        "config": {},
+        "dynamicKeys": [],
+        "queues": queues,
+        "offsets": [],
+    }
+
+
+def test_a_read_only_segment_expires_once_its_data_is_deleted_and_a_move_back_reuses_its_queue(sets, broker_token):
+    """Seed 003 tables 3 and 4: queue 0 moves B1 -> B3 (sealed at 120); B1's serving master reports
+    the queue's min offset; once retention deleted everything below 120 the segment is Expired (a
+    follower's report, or a min below the end, changes nothing); moving the queue back to B1 reuses
+    B1's physical queue 0 instead of adding a queue."""
+    create(sets, queues=2)
+    migrate(sets, {"moves": [{"queueId": 0, "brokerName": B3}]})
+    static_topics.seal("Orders", 0, B1, 0, 120)
+    follower, early, deleted = frame(
+        broker_token,
+        ("broker_status", status_report(B1, "FOLLOWER", [["Orders", 0, 120, 120]])),
+        ("broker_status", status_report(B1, "WRITER", [["Orders", 0, 100, 120, 1_700_000_000_000]])),
+        ("broker_status", status_report(B1, "WRITER", [["Orders", 0, 120, 120, None]])),
+    )
+    assert follower["type"] == early["type"] == deleted["type"] == "broker_status_result"
+    m = static_topics.mapping_of("Orders")
+    old, new = m.queues[0].segments
+    assert old.expired and (old.broker_name, old.queue_id) == (B1, 0) and m.epoch == 4
+    change = StaticTopicChange.objects.get(topic_id="Orders", epoch=4)
+    assert (change.kind, change.actor, change.params["minOffsets"]) == ("expire", f"broker:{B1}", {"0": 120})
+    assert static_topics.expire_reported(B1, [["Orders", 0, 130, 130]]) == []  # already expired: nothing
+    back = migrate(sets, {"moves": [{"queueId": 0, "brokerName": B1}]})
+    assert back.status_code == 200, back.content
+    segments = static_topics.mapping_of("Orders").queues[0].segments
+    assert [(s.broker_name, s.queue_id) for s in segments] == [(B3, 0), (B1, 0)]  # the expired one reused
