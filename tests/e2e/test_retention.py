@@ -8,7 +8,9 @@ key in milliseconds (``fileReservedTimeMillis``) and, for the disk ratios, a tmp
   the route shows the broker's queues read-only; once an operator turns cleanFileForciblyEnable on
   (updateBrokerConfig, a dynamic key) the oldest files go, and the official Producer sends again;
 - a slave killed for longer than the retention rejoins from the master's first file, and the two logs
-  are then byte-identical from there.
+  are then byte-identical from there;
+- a static topic's sealed segment expires once its broker set deleted its data, and a move back
+  reuses the expired queue (seed 003 tables 3 and 4).
 """
 
 from __future__ import annotations
@@ -233,3 +235,86 @@ def test_a_slave_away_longer_than_the_retention_rejoins_from_the_masters_first_f
         finally:
             slave.stop()
             master.stop()
+
+
+def test_a_static_topics_segment_expires_with_its_data_and_a_move_back_reuses_its_queue(tmp_path):
+    """Seed 003 tables 3 and 4 on real brokers: Ledger's one logical queue moves from set a to set b;
+    set a goes on writing another topic, so its retention (1.5 s) deletes the files of the sealed
+    segment; a's report of the queue's min offset makes the segment Expired; moving the queue back to
+    a reuses a's physical queue 0, and the official Producer's messages land there."""
+    from testkit.static_topics import create, mapping, migrate, routed, settled
+    from tests.e2e.test_grpc_consume import send as client_send
+    from tests.procs import create_topic
+
+    token = ApiToken.issue("ret-static-broker", "broker")[1]
+    admin = {"Authorization": f"Bearer {ApiToken.issue('ret-static-admin', 'admin')[1]}"}
+    with uvicorn_server() as base:
+        sets = {}
+        for name in ("set-a", "set-b"):
+            sets[name] = Replica(tmp_path, name, 0, "ASYNC_MASTER", base, token, fileReservedTimeMillis=1500, **RETENTION)
+            sets[name].conf.write_text(sets[name].conf.read_text().replace("brokerName=group-a", f"brokerName={name}"))
+            sets[name].start()
+        try:
+            wait_for(
+                lambda: (
+                    set(httpx.get(f"{base}/api/v1/nameserver/cluster-info", headers=admin, timeout=5).json()["brokerAddrTable"])
+                    == set(sets)
+                ),
+                30,
+                "both broker sets",
+            )
+            create(base, admin, "Ledger", 1, ["set-a"])
+            wait_for(lambda: routed(base, admin, "Ledger", 1), 20, "the static topic's route")
+            producer = Producer(ClientConfiguration(f"127.0.0.1:{sets['set-b'].grpc_port}", Credentials()), ("Ledger",))
+            producer.startup()
+            try:
+                for i in range(20):
+                    client_send(producer, "Ledger", f"on-a-{i}".encode(), "a")
+                migrate(base, admin, "Ledger", {"moves": [{"queueId": 0, "brokerName": "set-b"}]})
+                wait_for(lambda: settled(base, admin, "Ledger"), 20, "the move decided (a's segment sealed)")
+                # a writes another topic: its files roll, and retention deletes the sealed segment's
+                create_topic(base, admin, "Filler", 1, brokerNames=["set-a"])
+                wait_for(lambda: routed_plain(base, admin, "Filler"), 20, "Filler's route")
+                assert send_to(sets["set-a"].grpc_port, "Filler", 3000) == {pb.Code.OK: 3000}
+
+                def expired() -> bool:
+                    return mapping(base, admin, "Ledger")["queues"][0]["segments"][0]["expired"]
+
+                wait_for(expired, 30, "a's segment expired once its data was deleted")
+                migrate(base, admin, "Ledger", {"moves": [{"queueId": 0, "brokerName": "set-a"}]})
+                wait_for(lambda: settled(base, admin, "Ledger"), 20, "the move back decided")
+                segments = mapping(base, admin, "Ledger")["queues"][0]["segments"]
+                assert [(s["brokerName"], s["queueId"]) for s in segments] == [("set-b", 0), ("set-a", 0)]
+                wait_for(lambda: routed(base, admin, "Ledger", 2), 20, "the route naming both sets")
+                for i in range(5):
+                    client_send(producer, "Ledger", f"back-on-a-{i}".encode(), "a")
+            finally:
+                producer.shutdown()
+        finally:
+            for s in sets.values():
+                s.stop()
+
+
+def routed_plain(base: str, admin: dict, topic: str) -> bool:
+    return httpx.get(f"{base}/api/v1/nameserver/routes/{topic}", headers=admin, timeout=5).status_code == 200
+
+
+def send_to(port: int, topic: str, count: int, batch: int = 32) -> dict[int, int]:
+    """Batched SendMessage of 1 KiB messages to ``topic``; {gRPC code: messages}."""
+    codes: dict[int, int] = {}
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = rpc.MessagingServiceStub(channel)
+        for start in range(0, count, batch):
+            req = spb.SendMessageRequest(
+                messages=[
+                    pb.Message(
+                        topic=pb.Resource(name=topic),
+                        body=b"f" * 1024,
+                        system_properties=pb.SystemProperties(message_id=f"{n:032X}", message_type=pb.MessageType.NORMAL),
+                    )
+                    for n in range(start, min(count, start + batch))
+                ]
+            )
+            code = stub.SendMessage(req, timeout=30).status.code
+            codes[code] = codes.get(code, 0) + len(req.messages)
+    return codes
