@@ -187,6 +187,15 @@ def test_a_full_disk_refuses_sends_and_forced_cleaning_lets_them_in_again(tmp_pa
                 )
             assert "the disk is full" in refused.status.message
             wait_for(lambda: perm() == 4, 15, "the route showing the broker's queues read-only")
+
+            def store() -> dict:
+                r = api.get("/nameserver/brokers/status", params={"brokerName": "group-a", "brokerId": 0})
+                return r.json()["brokers"][0]["status"].get("store") or {} if r.status_code == 200 else {}
+
+            wait_for(lambda: store().get("diskFull") is True, 15, "the status report saying the disk is full")
+            figures = store()
+            assert figures["diskUsedRatio"] > 60 and figures["diskSpaceWarningLevelRatio"] == 60
+            assert figures["diskTotalBytes"] == 12 * MIB and figures["filesDeletedTotal"] == 0
             assert files(master)[0] == 0  # nothing expired, forced cleaning off: nothing deleted
 
             changed = api.post(
