@@ -242,6 +242,46 @@ def initial(topic: str, queue_count: int, brokers: Sequence[str]) -> TopicMappin
     return TopicMapping(topic, 1, tuple(queues))
 
 
+def grow(m: TopicMapping, queue_count: int, brokers: Sequence[str]) -> TopicMapping:
+    """More logical queues (updateStaticTopic with a larger queueNum): queues ``len(m.queues)`` to
+    ``queue_count - 1``, each on the broker set of ``brokers`` writing the fewest queues then (ties by
+    name), on a new physical queue there (or one whose segments all expired, continuing at its end).
+    The count never goes down: logical queue ids are the queue ids clients hold."""
+    if queue_count < len(m.queues):
+        raise MappingRefused(
+            C.INVALID_PARAMETER,
+            f"{m.topic} has {len(m.queues)} logical queues: a static topic's queue count never goes down "
+            "(clients hold its logical queue ids); move queues off a broker set instead",
+        )
+    if queue_count == len(m.queues):
+        raise MappingRefused(C.INVALID_PARAMETER, f"{m.topic} has {queue_count} logical queues already")
+    if not brokers or len(set(brokers)) != len(brokers):
+        raise MappingRefused(C.INVALID_PARAMETER, "name one or more broker sets, each once")
+    load = {b: len(m.owned_by(b)) for b in brokers}
+    taken: set[tuple[str, int]] = set()
+    queues = list(m.queues)
+    for lid in range(len(m.queues), queue_count):
+        broker = min(brokers, key=lambda b: (load[b], b))
+        qid, phys_start = _next_physical(m, broker, taken)
+        taken.add((broker, qid))
+        load[broker] += 1
+        queues.append(LogicalQueue(lid, (Segment(broker, qid, 0, phys_start),)))
+    return TopicMapping(m.topic, m.epoch + 1, tuple(queues))
+
+
+def adopt(topic: str, queue_counts: Mapping[str, int]) -> TopicMapping:
+    """A plain topic turned static: its queues on each broker set (name -> queue count) become the
+    logical queues, broker sets in name order, queue ids in order; each segment starts at logical
+    offset 0 = physical offset 0, so every stored message keeps its offset. Epoch 1."""
+    if not queue_counts or any(n < 1 for n in queue_counts.values()):
+        raise MappingRefused(C.INVALID_PARAMETER, f"{topic} has no queue on any broker set to adopt")
+    queues = [
+        LogicalQueue(i, (Segment(broker, qid, 0),))
+        for i, (broker, qid) in enumerate((b, q) for b in sorted(queue_counts) for q in range(queue_counts[b]))
+    ]
+    return TopicMapping(topic, 1, tuple(queues))
+
+
 def _check_ids(m: TopicMapping, ids: Iterable[int]) -> None:
     bad = sorted(i for i in ids if not 0 <= i < len(m.queues))
     if bad:

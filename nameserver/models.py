@@ -112,6 +112,8 @@ class StaticTopicChange(models.Model):
         MOVE = "move"
         DECIDE = "decide"
         EXPIRE = "expire"
+        RESIZE = "resize"  # more logical queues
+        ADOPT = "adopt"  # a plain topic turned static
 
     topic = models.ForeignKey(StaticTopic, on_delete=models.CASCADE, related_name="changes")
     epoch = models.BigIntegerField()

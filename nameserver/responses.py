@@ -192,6 +192,12 @@ class StaticTopicCreatedAnswer(_Ack):
     mapping = StaticTopicAnswer()
 
 
+class StaticTopicChangeAnswer(_Ack):
+    applied = serializers.BooleanField(help_text="false: a preview, nothing changed")
+    before = StaticTopicAnswer(allow_null=True, help_text="the mapping before (null: the topic was not static)")
+    after = StaticTopicAnswer(allow_null=True, help_text="the mapping after (null: the static topic is deleted)")
+
+
 class _EndAnswer(serializers.Serializer):
     brokerName = serializers.CharField()
     queueId = serializers.IntegerField()

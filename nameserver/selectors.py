@@ -105,6 +105,11 @@ def _json(body: dict) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def topic_broker_sets(topic: str) -> list[str]:
+    """The broker sets holding queue data of ``topic``."""
+    return sorted(TopicQueue.objects.filter(topic=topic).values_list("group__broker_name", flat=True))
+
+
 def static_mapping(topic: str) -> dict | None:
     """A static topic's logical-queue mapping, as stored (mqrules/logical_queues.py's wire form)."""
     return StaticTopic.objects.filter(topic=topic).values_list("mapping", flat=True).first()

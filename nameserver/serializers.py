@@ -263,6 +263,31 @@ class StaticTopicCreateSerializer(serializers.Serializer):
     brokerNames = serializers.ListField(child=_name_field(), min_length=1, max_length=1000)
 
 
+class QueueCountSerializer(serializers.Serializer):
+    queueNums = integer_field(min_value=1, max_value=MAX_LOGICAL_QUEUES, help_text="the new count: only more, never fewer")
+    brokerNames = serializers.ListField(
+        child=_name_field(),
+        min_length=1,
+        max_length=1000,
+        required=False,
+        help_text="where the new queues go (default: the sets writing it)",
+    )
+    epoch = integer_field(min_value=1, max_value=MAX_ID, required=False, help_text="the epoch this was planned at")
+    preview = boolean_field(default=False, help_text="true: answer what would change, change nothing")
+
+
+class StaticPreviewSerializer(serializers.Serializer):
+    epoch = integer_field(min_value=1, max_value=MAX_ID, required=False, help_text="the epoch this was planned at")
+    preview = boolean_field(default=False, help_text="true: answer what would change, change nothing")
+
+
+class StaticDeleteQuerySerializer(serializers.Serializer):
+    epoch = query_integer_field(min_value=1, max_value=MAX_ID, required=False, help_text="the epoch this was planned at")
+    preview = serializers.ChoiceField(
+        choices=["true", "false"], default="false", help_text="true: what would go, nothing changed"
+    )
+
+
 class QueueMoveSerializer(serializers.Serializer):
     queueId = integer_field(min_value=0, max_value=MAX_LOGICAL_QUEUES - 1, help_text="the logical queue")
     brokerName = _name_field(help_text="the broker set that takes its writes from now on")

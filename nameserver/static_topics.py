@@ -21,7 +21,7 @@ from mqrules import logical_queues as lq
 from mqrules.codes import ResponseCode as C
 
 from . import notify, route_cache, selectors, services
-from .models import BrokerGroup, StaticTopic, StaticTopicChange
+from .models import BrokerGroup, StaticTopic, StaticTopicChange, TopicQueue
 
 PERM_READ_WRITE = 6  # a static topic's config on each of its broker sets (TopicConfig perm)
 
@@ -85,7 +85,7 @@ def _store(row: StaticTopic, m: lq.TopicMapping, kind: str, actor: str, params: 
     # The mapping is pushed before the topic configs: a broker never takes the topic for a plain one.
     transaction.on_commit(partial(_announce, m))
     transaction.on_commit(route_cache.registry_changed)
-    if kind in (StaticTopicChange.Kind.CREATE, StaticTopicChange.Kind.MOVE):
+    if kind in (StaticTopicChange.Kind.CREATE, StaticTopicChange.Kind.MOVE, StaticTopicChange.Kind.RESIZE):
         for broker, count in sorted(lq.physical_queue_counts(m).items()):
             services.create_or_update_topic(
                 m.topic, read_queue_nums=count, write_queue_nums=count, perm=PERM_READ_WRITE, broker_names=[broker]
@@ -230,6 +230,91 @@ def migrate_checked(topic: str, d: Mapping, *, actor: str) -> Migration:
         actor=actor,
         apply=not d.get("preview", False),
     )
+
+
+def _locked(topic: str) -> StaticTopic:
+    row = StaticTopic.objects.select_for_update().filter(topic=topic).first()
+    if row is None:
+        raise StaticTopicRefused(C.TOPIC_NOT_EXIST, f"{topic} is not a static topic", 404)
+    return row
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change to a static topic as its preview shows it and as applied: the mapping before and after
+    (``after`` None: the topic is deleted)."""
+
+    before: lq.TopicMapping | None
+    after: lq.TopicMapping | None
+    applied: bool
+
+
+def resize(
+    topic: str, queue_count: int, broker_names: list[str] | None, *, expected_epoch: int | None, actor: str, apply: bool
+) -> Change:
+    """updateStaticTopic with a larger queueNum: ``lq.grow`` over ``broker_names`` (by default the
+    broker sets writing the topic now); each gets the topic with its new physical queue count."""
+    with transaction.atomic():
+        row = _locked(topic)
+        before = lq.TopicMapping.from_wire(row.mapping)
+        targets = sorted(broker_names or {q.writable.broker_name for q in before.queues})
+        try:
+            if expected_epoch is not None:
+                lq.ensure_epoch(before, expected_epoch)
+            _check_targets(targets)
+            after = lq.grow(before, queue_count, targets)
+        except lq.MappingRefused as exc:
+            raise StaticTopicRefused(
+                exc.code, exc.detail, 409 if exc.code == C.LOGIC_QUEUE_MAPPING_FENCED_EPOCH else 400
+            ) from None
+        if apply:
+            params = {"queueNums": queue_count, "brokerNames": targets, "epochBefore": before.epoch}
+            _store(row, after, StaticTopicChange.Kind.RESIZE, actor, params)
+    return Change(before, after, apply)
+
+
+def adopt(topic: str, *, actor: str, apply: bool) -> Change:
+    """Turn an existing plain topic static: its queues on every broker set become its logical queues
+    (``lq.adopt``; offsets unchanged, so its consumers' committed offsets stay right)."""
+    with transaction.atomic():
+        queue_datas = list(TopicQueue.objects.select_for_update().filter(topic=topic).select_related("group"))
+        if not queue_datas:
+            raise StaticTopicRefused(C.TOPIC_NOT_EXIST, f"no broker set has a topic named {topic}", 404)
+        counts = {q.group.broker_name: max(q.read_queue_nums, q.write_queue_nums) for q in queue_datas}
+        try:
+            after = lq.adopt(topic, counts)
+        except lq.MappingRefused as exc:
+            raise StaticTopicRefused(exc.code, exc.detail, 400) from None
+        _check_targets(sorted(counts))
+        row, created = StaticTopic.objects.select_for_update().get_or_create(
+            topic=topic, defaults={"epoch": after.epoch, "mapping": after.to_wire()}
+        )
+        if not created:
+            raise StaticTopicRefused(C.INVALID_PARAMETER, f"{topic} is a static topic already (epoch {row.epoch})")
+        if apply:
+            _store(row, after, StaticTopicChange.Kind.ADOPT, actor, {"queueNums": counts})
+        else:
+            transaction.set_rollback(True)  # the preview: the row just made goes again
+    return Change(None, after, apply)
+
+
+def delete(topic: str, *, expected_epoch: int | None, actor: str, apply: bool) -> Change:
+    """Delete a static topic: its mapping (with its history) and the topic on every broker set it
+    names; messages are not recovered by making it again."""
+    with transaction.atomic():
+        row = _locked(topic)
+        before = lq.TopicMapping.from_wire(row.mapping)
+        if expected_epoch is not None:
+            try:
+                lq.ensure_epoch(before, expected_epoch)
+            except lq.MappingRefused as exc:
+                raise StaticTopicRefused(exc.code, exc.detail, 409) from None
+        if apply:
+            brokers = sorted({s.broker_name for q in before.queues for s in q.segments})
+            row.delete()
+            services.delete_topic(topic, broker_names=brokers)
+            transaction.on_commit(route_cache.registry_changed)
+    return Change(before, None, apply)
 
 
 def history(topic: str) -> list[StaticTopicChange]:

@@ -24,4 +24,6 @@ urlpatterns = [
     path("static-topics", views.StaticTopicListView.as_view(), name="static-topics"),
     path("static-topics/<str:topic>", views.StaticTopicDetailView.as_view(), name="static-topic"),
     path("static-topics/<str:topic>/migrations", views.MigrationView.as_view(), name="static-topic-migrations"),
+    path("static-topics/<str:topic>/queue-count", views.QueueCountView.as_view(), name="static-topic-queue-count"),
+    path("topics/<str:topic>/make-static", views.AdoptView.as_view(), name="topic-make-static"),
 ]

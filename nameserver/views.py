@@ -26,7 +26,10 @@ from .serializers import (
     HeartbeatSerializer,
     MemberGroupQuerySerializer,
     MigrationSerializer,
+    QueueCountSerializer,
     RegisterBrokerSerializer,
+    StaticDeleteQuerySerializer,
+    StaticPreviewSerializer,
     StaticTopicCreateSerializer,
     TopicDeleteSerializer,
     TopicListQuerySerializer,
@@ -270,6 +273,23 @@ def _refused(exc: static_topics.StaticTopicRefused) -> ApiError:
     return ApiError(exc.code, exc.detail, exc.http_status)
 
 
+def _change_answer(change: static_topics.Change) -> dict:
+    def shown(m):
+        return None if m is None else wire.static_topic(m)
+
+    return _ok(applied=change.applied, before=shown(change.before), after=shown(change.after))
+
+
+_CHANGE_ERRORS = errors(
+    *BODY,
+    why={
+        400: "29 INVALID_PARAMETER: fewer queues than now (a static topic's count never goes down), or already static.",
+        404: "17 TOPIC_NOT_EXIST or 211 BROKER_NOT_EXIST.",
+        409: "2100 LOGIC_QUEUE_MAPPING_FENCED_EPOCH: the mapping changed since epoch.",
+    },
+)
+
+
 class StaticTopicListView(APIView):
     permission_classes = [IsAdmin]
 
@@ -332,6 +352,26 @@ class StaticTopicDetailView(APIView):
         ]
         return Response({**wire.static_topic(m), "history": history})
 
+    @extend_schema(
+        operation_id="deleteStaticTopic",
+        parameters=[name_parameter("topic", OpenApiParameter.PATH), StaticDeleteQuerySerializer],
+        responses={200: responses.StaticTopicChangeAnswer, **_CHANGE_ERRORS},
+        description="Delete a static topic: its mapping and history, and the topic on every broker set it names "
+        "(its messages with it). ?preview=true: what would go, nothing changed; ?epoch=: refused if it moved on.",
+    )
+    def delete(self, request, topic: str):
+        checked_param("topic", topic)
+        s = StaticDeleteQuerySerializer(data=request.query_params.dict())
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        current = static_topics.mapping_of(topic)
+        caller_of(request).check(broker_sets=sorted(current.brokers()) if current else [])
+        try:
+            done = static_topics.delete(topic, expected_epoch=d.get("epoch"), actor=who(request), apply=d["preview"] != "true")
+        except static_topics.StaticTopicRefused as exc:
+            raise _refused(exc) from None
+        return Response(_change_answer(done))
+
 
 class MigrationView(APIView):
     permission_classes = [IsAdmin]
@@ -372,6 +412,62 @@ class MigrationView(APIView):
         except static_topics.StaticTopicRefused as exc:
             raise _refused(exc) from None
         return Response(_ok(**wire.migration(done, static_topics.FILE_RESERVED_HOURS)))
+
+
+class QueueCountView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="updateStaticTopicQueueNums",
+        parameters=[name_parameter("topic", OpenApiParameter.PATH)],
+        request=QueueCountSerializer,
+        responses={200: responses.StaticTopicChangeAnswer, **_CHANGE_ERRORS},
+        description="updateStaticTopic with a larger queueNums: new logical queues, each on the named broker set "
+        "writing the fewest (a new physical queue, or one whose segments all expired). The count never goes down.",
+    )
+    def post(self, request, topic: str):
+        checked_param("topic", topic)
+        s = QueueCountSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        d = s.validated_data
+        current = static_topics.mapping_of(topic)
+        caller_of(request).check(broker_sets=[*d.get("brokerNames", ()), *(current.brokers() if current else ())])
+        try:
+            done = static_topics.resize(
+                topic,
+                d["queueNums"],
+                d.get("brokerNames"),
+                expected_epoch=d.get("epoch"),
+                actor=who(request),
+                apply=not d["preview"],
+            )
+        except static_topics.StaticTopicRefused as exc:
+            raise _refused(exc) from None
+        return Response(_change_answer(done))
+
+
+class AdoptView(APIView):
+    permission_classes = [IsAdmin]
+
+    @extend_schema(
+        operation_id="convertToStaticTopic",
+        parameters=[name_parameter("topic", OpenApiParameter.PATH)],
+        request=StaticPreviewSerializer,
+        responses={200: responses.StaticTopicChangeAnswer, **_CHANGE_ERRORS},
+        description="Turn an existing topic static: its queues on every broker set become its logical queues (broker "
+        "sets in name order), each starting at logical offset = physical offset, so stored messages and committed "
+        "offsets keep their meaning.",
+    )
+    def post(self, request, topic: str):
+        checked_param("topic", topic)
+        s = StaticPreviewSerializer(data=request.data)
+        s.is_valid(raise_exception=True)
+        caller_of(request).check(broker_sets=selectors.topic_broker_sets(topic))
+        try:
+            done = static_topics.adopt(topic, actor=who(request), apply=not s.validated_data["preview"])
+        except static_topics.StaticTopicRefused as exc:
+            raise _refused(exc) from None
+        return Response(_change_answer(done))
 
 
 # --- broker status, consumer progress, topic status (nameserver/broker_status.py) ---------------------

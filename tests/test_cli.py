@@ -75,6 +75,26 @@ def test_static_topics_from_the_command_line(plane):
     assert json.loads(rmqha(base, admin, "--json", "staticTopic", "-t", "Orders").output)["epoch"] == 3
 
 
+def test_more_queues_a_deletion_and_a_conversion_from_the_command_line(plane):
+    base, admin, _ = plane
+    assert rmqha(base, admin, "updateStaticTopic", "-t", "Ledger", "-qn", "2", "-b", "cli-a").exit_code == 0
+    grown = rmqha(base, admin, "updateStaticTopic", "-t", "Ledger", "-qn", "3", "-b", "cli-b", stdin="y\n")
+    assert grown.exit_code == 0 and "would be at epoch 2" in grown.output and "is at epoch 2" in grown.output, grown.output
+    assert "cli-b/q0 [0..) writable" in grown.output
+    fewer = rmqha(base, admin, "updateStaticTopic", "-t", "Ledger", "-qn", "1", "--yes")
+    assert fewer.exit_code == 1 and "never goes down" in fewer.output
+
+    preview = rmqha(base, admin, "deleteStaticTopic", "-t", "Ledger", "--preview")
+    assert preview.exit_code == 0 and "Ledger would be deleted, with its topic on cli-a, cli-b" in preview.output
+    assert json.loads(rmqha(base, admin, "--json", "staticTopic", "-t", "Ledger").output)["epoch"] == 2
+    gone = rmqha(base, admin, "deleteStaticTopic", "-t", "Ledger", "--yes")
+    assert gone.exit_code == 0 and "Ledger is deleted" in gone.output, gone.output
+    assert rmqha(base, admin, "staticTopic", "-t", "Ledger").exit_code == 1
+
+    missing = rmqha(base, admin, "convertToStaticTopic", "-t", "Nowhere", "--yes")
+    assert missing.exit_code == 1 and "17 TOPIC_NOT_EXIST" in missing.output
+
+
 def test_the_entry_point_runs_as_a_process_and_says_what_is_missing(plane):
     base, admin, _ = plane
     env = {k: v for k, v in os.environ.items() if k != "RMQHA_TOKEN"}

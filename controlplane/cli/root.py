@@ -31,15 +31,30 @@ def emit(api: Api, answer: dict, show: Callable[[dict], None]) -> None:
         show(answer)
 
 
-def previewed(api: Api, path: str, body: dict, *, preview_only: bool, yes: bool, show: Callable[[dict, bool], bool]) -> None:
+def previewed(
+    api: Api,
+    path: str,
+    body: dict,
+    *,
+    preview_only: bool,
+    yes: bool,
+    show: Callable[[dict, bool], bool],
+    method: str = "POST",
+) -> None:
     """The flow of a change that puts data at risk: the same request with ``"preview": true`` (changes
     nothing) shown first, then applied after a confirmation. ``--yes`` applies at once, ``--preview``
     stops after showing (also with ``--yes``). ``show(answer, preview)`` prints a table and says whether
-    there is anything to apply."""
+    there is anything to apply. ``method`` DELETE: ``body`` and the preview flag go as query parameters."""
+
+    def send(preview: bool) -> Answer:
+        if method == "DELETE":
+            return api.call("DELETE", path, params={**body, "preview": "true" if preview else "false"})
+        return api.call(method, path, {**body, "preview": preview})
+
     if api.as_json and not (preview_only or yes):
         raise click.UsageError("with --json, give --preview or --yes: a script cannot answer the confirmation")
     if preview_only or not yes:
-        preview = api.call("POST", path, {**body, "preview": True})
+        preview = send(True)
         if api.as_json:
             click.echo(preview.raw)
             return
@@ -48,7 +63,7 @@ def previewed(api: Api, path: str, body: dict, *, preview_only: bool, yes: bool,
         if not click.confirm("Apply?", default=False):
             click.echo("nothing changed")
             return
-    emit(api, api.call("POST", path, {**body, "preview": False}), lambda a: show(a, False) and None)
+    emit(api, send(False), lambda a: show(a, False) and None)
 
 
 def _json_flag(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -1,13 +1,13 @@
-"""Static topics (docs/static-topics.md): updateStaticTopic, staticTopicList, staticTopic,
-remappingStaticTopic."""
+"""Static topics (docs/static-topics.md): updateStaticTopic (create, or more queues), staticTopicList,
+staticTopic, remappingStaticTopic, deleteStaticTopic, convertToStaticTopic."""
 
 from __future__ import annotations
 
 import click
 
-from controlplane.cli.client import API, Api, seg
+from controlplane.cli.client import API, NS, Api, seg
 from controlplane.cli.output import table
-from controlplane.cli.root import command, confirm_options, emit, names
+from controlplane.cli.root import command, confirm_options, emit, names, previewed
 
 
 def _segments(q: dict) -> str:
@@ -45,11 +45,54 @@ def _show_moves(answer: dict) -> None:
 @command("updateStaticTopic")
 @click.option("-t", "--topic", required=True)
 @click.option("-qn", "--queue-nums", type=click.IntRange(1), required=True, help="logical queues")
-@click.option("-b", "--brokers", required=True, help="broker sets, comma-separated: queue i goes on the (i mod n)th")
-def update_static_topic(api: Api, topic: str, queue_nums: int, brokers: str) -> None:
-    """Create a static topic (mqadmin updateStaticTopic)."""
-    answer = api.call("POST", API, {"topicName": topic, "queueNums": queue_nums, "brokerNames": names([brokers])})
-    emit(api, answer, lambda a: _show_mapping(a["mapping"]))
+@click.option(
+    "-b", "--brokers", help="broker sets, comma-separated: queue i goes on the (i mod n)th (new queues: the least loaded)"
+)
+@confirm_options
+def update_static_topic(api: Api, topic: str, queue_nums: int, brokers: str | None, preview_only: bool, yes: bool) -> None:
+    """Create a static topic, or give an existing one more logical queues (mqadmin updateStaticTopic;
+    the count never goes down). More queues: previewed first, applied after a confirmation or --yes."""
+    if topic not in {m["topic"] for m in api.call("GET", API)["staticTopics"]}:
+        if not brokers:
+            raise click.UsageError("a new static topic needs -b/--brokers")
+        answer = api.call("POST", API, {"topicName": topic, "queueNums": queue_nums, "brokerNames": names([brokers])})
+        emit(api, answer, lambda a: _show_mapping(a["mapping"]))
+        return
+    body: dict = {"queueNums": queue_nums, **({"brokerNames": names([brokers])} if brokers else {})}
+    previewed(api, f"{API}/{seg(topic)}/queue-count", body, preview_only=preview_only, yes=yes, show=_show_change)
+
+
+def _show_change(answer: dict, preview: bool) -> bool:
+    before, after = answer["before"], answer["after"]
+    verb = "would be" if preview else "is"
+    if after is None:
+        click.echo(f"{before['topic']} {verb} deleted, with its topic on {', '.join(_sets(before))}")
+    else:
+        click.echo(f"{after['topic']} {verb} at epoch {after['epoch']}:")
+        _show_mapping(after)
+    return True
+
+
+def _sets(m: dict) -> list[str]:
+    return sorted({s["brokerName"] for q in m["queues"] for s in q["segments"]})
+
+
+@command("deleteStaticTopic")
+@click.option("-t", "--topic", required=True)
+@confirm_options
+def delete_static_topic(api: Api, topic: str, preview_only: bool, yes: bool) -> None:
+    """Delete a static topic and its topic on every broker set (its messages with it): previewed
+    first, applied after a confirmation or --yes."""
+    previewed(api, f"{API}/{seg(topic)}", {}, preview_only=preview_only, yes=yes, show=_show_change, method="DELETE")
+
+
+@command("convertToStaticTopic")
+@click.option("-t", "--topic", required=True)
+@confirm_options
+def convert_to_static_topic(api: Api, topic: str, preview_only: bool, yes: bool) -> None:
+    """Turn an existing topic static: its queues become logical queues, offsets unchanged (ours)."""
+    path = f"{NS}/topics/{seg(topic)}/make-static"
+    previewed(api, path, {}, preview_only=preview_only, yes=yes, show=_show_change)
 
 
 @command("staticTopicList")

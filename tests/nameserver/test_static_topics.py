@@ -278,3 +278,58 @@ def test_a_read_only_segment_expires_once_its_data_is_deleted_and_a_move_back_re
     assert back.status_code == 200, back.content
     segments = static_topics.mapping_of("Orders").queues[0].segments
     assert [(s.broker_name, s.queue_id) for s in segments] == [(B3, 0), (B1, 0)]  # the expired one reused
+
+
+def test_more_logical_queues_are_previewed_then_placed_on_the_least_loaded_sets_and_never_fewer(sets):
+    create(sets, queues=3, brokers=(B1, B2))  # B1: 0, 2; B2: 1
+    path = f"{NS}/static-topics/Orders/queue-count"
+    preview = sets.post(path, {"queueNums": 5, "preview": True}, format="json")
+    assert preview.status_code == 200 and not preview.json()["applied"], preview.content
+    assert len(preview.json()["after"]["queues"]) == 5 and stored_epoch() == 1
+    grown = sets.post(path, {"queueNums": 5, "brokerNames": [B2, B3], "epoch": 1}, format="json")
+    assert grown.status_code == 200, grown.content
+    assert owners(sets) == {0: (B1, 0), 1: (B2, 0), 2: (B1, 1), 3: (B3, 0), 4: (B2, 1)}
+    change = StaticTopicChange.objects.get(topic_id="Orders", epoch=2)
+    assert (change.kind, change.params["queueNums"]) == ("resize", 5)
+    assert OperatorAction.objects.filter(action=f"POST {path}").count() == 2  # the preview, then the change
+    fewer = sets.post(path, {"queueNums": 4}, format="json")
+    assert fewer.status_code == 400 and "never goes down" in fewer.json()["detail"] and stored_epoch() == 2
+    stale = sets.post(path, {"queueNums": 6, "epoch": 1}, format="json")
+    assert stale.status_code == 409 and stale.json()["code"] == C.LOGIC_QUEUE_MAPPING_FENCED_EPOCH
+    bad = sets.post(path, {"queueNums": "many", "brokerNames": []}, format="json")
+    assert bad.status_code == 400 and set(bad.json()["fields"]) == {"queueNums", "brokerNames"}
+    assert sets.post(f"{NS}/static-topics/Nope/queue-count", {"queueNums": 2}, format="json").status_code == 404
+
+
+def test_a_static_topic_is_deleted_after_a_preview_with_its_topic_on_every_set(sets):
+    create(sets, queues=2, brokers=(B1, B2))
+    preview = sets.delete(f"{NS}/static-topics/Orders?preview=true")
+    assert preview.status_code == 200 and preview.json()["after"] is None and not preview.json()["applied"]
+    assert StaticTopic.objects.filter(topic="Orders").exists()
+    assert sets.delete(f"{NS}/static-topics/Orders?epoch=7").status_code == 409
+    gone = sets.delete(f"{NS}/static-topics/Orders")
+    assert gone.status_code == 200 and gone.json()["applied"] and gone.json()["before"]["epoch"] == 1
+    assert not StaticTopic.objects.filter(topic="Orders").exists()
+    assert sets.get(f"{NS}/routes/Orders").status_code == 404  # no queue data left on any set
+    assert OperatorAction.objects.filter(action=f"DELETE {NS}/static-topics/Orders", result="ok").count() == 2
+    assert sets.delete(f"{NS}/static-topics/Orders").status_code == 404
+    assert sets.delete(f"{NS}/static-topics/Orders?preview=maybe").status_code == 400
+
+
+def test_an_existing_topic_turns_static_with_its_queues_keeping_their_offsets(sets):
+    topics = {"Plain": {"readQueueNums": 2, "writeQueueNums": 2, "perm": 6}}
+    for name in (B2, B1):
+        r = sets.post(f"{NS}/brokers/register", register_body(0, ADDRS[name], name=name, topics=topics, counter=2), format="json")
+        assert r.status_code == 200, r.content
+    path = f"{NS}/topics/Plain/make-static"
+    preview = sets.post(path, {"preview": True}, format="json")
+    assert preview.status_code == 200 and not StaticTopic.objects.filter(topic="Plain").exists(), preview.content
+    made = sets.post(path, {}, format="json")
+    assert made.status_code == 200 and made.json()["before"] is None, made.content
+    assert owners(sets, "Plain") == {0: (B1, 0), 1: (B1, 1), 2: (B2, 0), 3: (B2, 1)}
+    segment = static_topics.mapping_of("Plain").queues[3].segments[0]
+    assert (segment.logic_start, segment.phys_start) == (0, 0)  # logical offset = physical offset
+    assert [(c.epoch, c.kind) for c in StaticTopicChange.objects.filter(topic_id="Plain")] == [(1, "adopt")]
+    again = sets.post(path, {}, format="json")
+    assert again.status_code == 409 and again.json()["code"] == C.INVALID_PARAMETER
+    assert sets.post(f"{NS}/topics/Nowhere/make-static", {}, format="json").status_code == 404
