@@ -17,10 +17,12 @@ from mqrules.logical_queues import (
     Segment,
     SegmentState,
     TopicMapping,
+    adopt,
     decide,
     drain,
     ensure_epoch,
     expire,
+    grow,
     initial,
     logical_offset,
     min_logical_offset,
@@ -293,3 +295,42 @@ def test_what_a_broker_asks_of_a_mapping_owners_segments_and_queue_counts():
     gone = expire(m, B1, {0: 101})
     assert gone.segment_at(B1, 0) is None  # expired: nothing there translates any more
     assert physical_queue_counts(gone) == {B1: 2, B2: 3}  # never shrinks
+
+
+@given(st.integers(1, 12), st.integers(1, 12), st.lists(st.sampled_from([B1, B2, B3]), min_size=1, max_size=3, unique=True))
+@settings(max_examples=60, deadline=None)
+def test_growing_keeps_every_queue_adds_the_new_ones_balanced_and_breaks_no_invariant(n, more, targets):
+    m = initial("T", n, [B1, B2])
+    grown = grow(m, n + more, targets)
+    assert grown.queues[:n] == m.queues and len(grown.queues) == n + more and grown.epoch == m.epoch + 1
+    assert problems(grown) == []
+    new_owners = [grown.queues[i].writable.broker_name for i in range(n, n + more)]
+    assert set(new_owners) <= set(targets)
+
+    def spread(mapping: TopicMapping) -> int:  # among the targets: most written minus fewest
+        load = [len(mapping.owned_by(b)) for b in targets]
+        return max(load) - min(load)
+
+    assert spread(grown) <= max(1, spread(m))  # each new queue went to the least loaded target
+
+
+def test_growing_never_shrinks_and_reuses_an_expired_physical_queue():
+    m = initial("T", 2, [B1, B2])
+    with pytest.raises(MappingRefused, match="never goes down"):
+        grow(m, 1, [B1])
+    with pytest.raises(MappingRefused, match="already"):
+        grow(m, 2, [B1])
+    moved = decide(plan_moves(m, {0: B2}), 0, 50)  # B1's queue 0 read-only, ending at 50
+    expired = expire(moved, B1, {0: 50})
+    grown = grow(expired, 3, [B1])
+    assert grown.queues[2].segments == (Segment(B1, 0, 0, 50),)  # continues at the expired queue's end
+
+
+def test_adopting_a_plain_topic_keeps_every_offset():
+    m = adopt("Plain", {B2: 1, B1: 2})
+    assert [(q.writable.broker_name, q.writable.queue_id) for q in m.queues] == [(B1, 0), (B1, 1), (B2, 0)]
+    assert all(q.segments == (Segment(q.writable.broker_name, q.writable.queue_id, 0),) for q in m.queues)
+    assert problems(m) == [] and m.epoch == 1
+    assert logical_offset(m.queues[1], B1, 1, 1234) == 1234
+    with pytest.raises(MappingRefused):
+        adopt("Empty", {})
