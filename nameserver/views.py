@@ -280,6 +280,24 @@ def _change_answer(change: static_topics.Change) -> dict:
     return _ok(applied=change.applied, before=shown(change.before), after=shown(change.after))
 
 
+def _static_change(request, topic: str, serializer, data, touched, change) -> Response:
+    """Every static-topic change view: the topic's name and the input checked (``serializer`` over
+    ``data``), the caller bound to every broker set it touches (the topic's, and ``touched(d)``: a bound
+    token acts on a topic wholly on its cluster only), then ``change(d)``'s answer, a refusal answered
+    with its code."""
+    checked_param("topic", topic)
+    s = serializer(data=data)
+    s.is_valid(raise_exception=True)
+    d = s.validated_data
+    current = static_topics.mapping_of(topic)
+    sets = [*touched(d), *(current.brokers() if current else ())]
+    caller_of(request).check(broker_sets=[n for n in sets if n])
+    try:
+        return Response(change(d))
+    except static_topics.StaticTopicRefused as exc:
+        raise _refused(exc) from None
+
+
 _CHANGE_ERRORS = errors(
     *BODY,
     why={
@@ -360,17 +378,11 @@ class StaticTopicDetailView(APIView):
         "(its messages with it). ?preview=true: what would go, nothing changed; ?epoch=: refused if it moved on.",
     )
     def delete(self, request, topic: str):
-        checked_param("topic", topic)
-        s = StaticDeleteQuerySerializer(data=request.query_params.dict())
-        s.is_valid(raise_exception=True)
-        d = s.validated_data
-        current = static_topics.mapping_of(topic)
-        caller_of(request).check(broker_sets=sorted(current.brokers()) if current else [])
-        try:
-            done = static_topics.delete(topic, expected_epoch=d.get("epoch"), actor=who(request), apply=d["preview"] != "true")
-        except static_topics.StaticTopicRefused as exc:
-            raise _refused(exc) from None
-        return Response(_change_answer(done))
+        def change(d):
+            apply = d["preview"] != "true"
+            return _change_answer(static_topics.delete(topic, expected_epoch=d.get("epoch"), actor=who(request), apply=apply))
+
+        return _static_change(request, topic, StaticDeleteQuerySerializer, request.query_params.dict(), lambda d: [], change)
 
 
 class MigrationView(APIView):
@@ -398,20 +410,16 @@ class MigrationView(APIView):
         "consumers read each old segment to its end, then the new one. preview: what would change, nothing changed.",
     )
     def post(self, request, topic: str):
-        checked_param("topic", topic)
-        s = MigrationSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        d = s.validated_data
-        drain = d.get("drain") or {}
-        named = [m["brokerName"] for m in d.get("moves", ())] + [drain.get("brokerName")] + list(drain.get("targets", ()))
-        current = static_topics.mapping_of(topic)  # a bound token may act on a topic wholly on its cluster only
-        touched = [*named, d.get("scaleOut"), *(current.brokers() if current else ())]
-        caller_of(request).check(broker_sets=[n for n in touched if n])
-        try:
+        def touched(d) -> list[str]:
+            drain = d.get("drain") or {}
+            moved = [m["brokerName"] for m in d.get("moves", ())]
+            return [*moved, drain.get("brokerName"), *drain.get("targets", ()), d.get("scaleOut")]
+
+        def change(d):
             done = static_topics.migrate_checked(topic, d, actor=who(request))
-        except static_topics.StaticTopicRefused as exc:
-            raise _refused(exc) from None
-        return Response(_ok(**wire.migration(done, static_topics.FILE_RESERVED_HOURS)))
+            return _ok(**wire.migration(done, static_topics.FILE_RESERVED_HOURS))
+
+        return _static_change(request, topic, MigrationSerializer, request.data, touched, change)
 
 
 class QueueCountView(APIView):
@@ -426,13 +434,7 @@ class QueueCountView(APIView):
         "writing the fewest (a new physical queue, or one whose segments all expired). The count never goes down.",
     )
     def post(self, request, topic: str):
-        checked_param("topic", topic)
-        s = QueueCountSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        d = s.validated_data
-        current = static_topics.mapping_of(topic)
-        caller_of(request).check(broker_sets=[*d.get("brokerNames", ()), *(current.brokers() if current else ())])
-        try:
+        def change(d):
             done = static_topics.resize(
                 topic,
                 d["queueNums"],
@@ -441,9 +443,9 @@ class QueueCountView(APIView):
                 actor=who(request),
                 apply=not d["preview"],
             )
-        except static_topics.StaticTopicRefused as exc:
-            raise _refused(exc) from None
-        return Response(_change_answer(done))
+            return _change_answer(done)
+
+        return _static_change(request, topic, QueueCountSerializer, request.data, lambda d: d.get("brokerNames", []), change)
 
 
 class AdoptView(APIView):
@@ -459,15 +461,12 @@ class AdoptView(APIView):
         "offsets keep their meaning.",
     )
     def post(self, request, topic: str):
-        checked_param("topic", topic)
-        s = StaticPreviewSerializer(data=request.data)
-        s.is_valid(raise_exception=True)
-        caller_of(request).check(broker_sets=selectors.topic_broker_sets(topic))
-        try:
-            done = static_topics.adopt(topic, actor=who(request), apply=not s.validated_data["preview"])
-        except static_topics.StaticTopicRefused as exc:
-            raise _refused(exc) from None
-        return Response(_change_answer(done))
+        def change(d):
+            return _change_answer(static_topics.adopt(topic, actor=who(request), apply=not d["preview"]))
+
+        return _static_change(
+            request, topic, StaticPreviewSerializer, request.data, lambda d: selectors.topic_broker_sets(topic), change
+        )
 
 
 # --- broker status, consumer progress, topic status (nameserver/broker_status.py) ---------------------

@@ -125,18 +125,19 @@ def is_rollback(previous: Commit, current: Commit) -> bool:
     return current.offset < previous.offset and not is_reset(current)
 
 
-def decreases(commits: Iterable[tuple[Queue, Commit]]) -> list[Decrease]:
-    """Every rollback candidate: per queue, its served commits in commit order, and each one below
-    the one before it that is not a reported reset. Ordered by queue, then commit order."""
+def served_streams(commits: Iterable[tuple[Queue, Commit]]) -> list[tuple[Queue, list[Commit]]]:
+    """Per queue (in queue order), its served commits in commit order: the stream both rules read."""
     served: dict[Queue, list[Commit]] = defaultdict(list)
     for queue, commit in commits:
         if is_served(commit):
             served[queue].append(commit)
-    found = []
-    for queue in sorted(served):
-        steps = sorted(served[queue], key=commit_order)
-        found += [Decrease(queue, p, c) for p, c in pairwise(steps) if is_rollback(p, c)]
-    return found
+    return [(queue, sorted(served[queue], key=commit_order)) for queue in sorted(served)]
+
+
+def decreases(commits: Iterable[tuple[Queue, Commit]]) -> list[Decrease]:
+    """Every rollback candidate: per queue, its served commits in commit order, and each one below
+    the one before it that is not a reported reset. Ordered by queue, then commit order."""
+    return [Decrease(q, p, c) for q, steps in served_streams(commits) for p, c in pairwise(steps) if is_rollback(p, c)]
 
 
 def messages_consumed_again(previous: Commit, current: Commit) -> int:
@@ -261,14 +262,10 @@ def retention_losses(commits: Iterable[tuple[Queue, Commit]]) -> list[Finding]:
     messages first) with the served commit before it in commit order: the messages the group never
     got are the offsets between the two (0 when the commit before is not among ``commits``). A skip
     goes forward: it is never a rollback, and a commit after it below it is one."""
-    served: dict[Queue, list[Commit]] = defaultdict(list)
-    for queue, commit in commits:
-        if is_served(commit):
-            served[queue].append(commit)
     found = []
-    for queue in sorted(served):
+    for queue, steps in served_streams(commits):
         previous: Commit | None = None
-        for commit in sorted(served[queue], key=commit_order):
+        for commit in steps:
             if commit.source == Source.RETENTION_SKIP:
                 found.append(retention_finding(queue, previous, commit))
             previous = commit
