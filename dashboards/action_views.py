@@ -110,6 +110,18 @@ def migrate_static_topic(request: HttpRequest, topic: str) -> dict:
     return actions.migrate_static_topic(request.user.get_username(), topic, _body(request))
 
 
+@require_POST
+@_operator_action
+def change_static_topic(request: HttpRequest, topic: str) -> dict:
+    return actions.change_static_topic(request.user.get_username(), topic, _body(request))
+
+
+@require_POST
+@_operator_action
+def make_static(request: HttpRequest) -> dict:
+    return actions.make_static(request.user.get_username(), _body(request))
+
+
 MAX_CLEAN_IDS = 64
 
 

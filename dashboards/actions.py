@@ -23,7 +23,7 @@ from controlplane.operations import isolation
 from mqrules.codes import ResponseCode
 from nameserver import services as ns_services
 from nameserver import static_topics, wire
-from nameserver.serializers import MigrationSerializer
+from nameserver.serializers import MigrationSerializer, QueueCountSerializer, StaticPreviewSerializer
 
 from . import selectors
 
@@ -172,6 +172,57 @@ def migrate_static_topic(actor: str, topic: str, data: dict) -> dict:
             result="ok",
         )
     return {"ok": True, "result": "ok" if done.applied else "preview", **answer}
+
+
+def change_static_topic(actor: str, topic: str, data: dict) -> dict:
+    """Preview or apply more logical queues (``{"kind": "resize", "queueNums", ...}``) or the deletion of
+    a static topic (``{"kind": "delete", ...}``), by the REST serializers and the same services; an
+    applied change is audited."""
+    kind, body = data.get("kind"), {k: v for k, v in data.items() if k != "kind"}
+    if kind not in ("resize", "delete"):
+        raise ActionError("invalid input", {"kind": ["resize or delete"]})
+    checked = (QueueCountSerializer if kind == "resize" else StaticPreviewSerializer)(data=body)
+    if not checked.is_valid():
+        raise ActionError("invalid input", checked.errors)
+    d, apply = checked.validated_data, not checked.validated_data["preview"]
+
+    def run() -> static_topics.Change:
+        if kind == "resize":
+            return static_topics.resize(
+                topic, d["queueNums"], d.get("brokerNames"), expected_epoch=d.get("epoch"), actor=actor, apply=apply
+            )
+        return static_topics.delete(topic, expected_epoch=d.get("epoch"), actor=actor, apply=apply)
+
+    return _static_change(actor, f"{kind}_static_topic", {"topic": topic, **body}, run)
+
+
+def make_static(actor: str, data: dict) -> dict:
+    """Preview or turn an existing topic static (``{"topic", "preview"}``); an applied one is audited."""
+    topic = data.get("topic")
+    if not isinstance(topic, str) or not topic:
+        raise ActionError("invalid input", {"topic": ["the name of an existing topic"]})
+    checked = StaticPreviewSerializer(data={k: v for k, v in data.items() if k != "topic"})
+    if not checked.is_valid():
+        raise ActionError("invalid input", checked.errors)
+    apply = not checked.validated_data["preview"]
+    return _static_change(
+        actor, "make_static_topic", {"topic": topic}, lambda: static_topics.adopt(topic, actor=actor, apply=apply)
+    )
+
+
+def _static_change(actor: str, action: str, params: dict, run) -> dict:
+    """Carry out a static-topic change (``run()``, a ``static_topics.Change``); an applied one is audited
+    in the same transaction; refusals as the REST API words them."""
+    with transaction.atomic():
+        try:
+            done = run()
+        except static_topics.StaticTopicRefused as exc:
+            raise ActionError(f"{exc.code.value} {exc.code.name}: {exc.detail}", status=exc.http_status) from exc
+        if done.applied:
+            epochs = {"before": done.before and done.before.epoch, "after": done.after and done.after.epoch}
+            audit.record(actor, action, params={k: v for k, v in params.items() if k != "preview"}, after=epochs, result="ok")
+    shown = {k: None if m is None else wire.static_topic(m) for k, m in (("before", done.before), ("after", done.after))}
+    return {"ok": True, "result": "ok" if done.applied else "preview", "applied": done.applied, **shown}
 
 
 def _metadata(state) -> dict:

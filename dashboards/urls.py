@@ -42,6 +42,8 @@ urlpatterns = [
     path("controller/", views.controller, name="controller"),
     path("static-topics/", views.static_topics, name="static-topics"),
     path("static-topics/<str:topic>/migrate", action_views.migrate_static_topic, name="migrate-static-topic"),
+    path("static-topics/<str:topic>/change", action_views.change_static_topic, name="change-static-topic"),
+    path("static-topics/make-static", action_views.make_static, name="make-static-topic"),
     path("config/", views.config, name="config"),
     path("audit/", views.audit, name="audit"),
     # Operator actions (action_views.py): JSON, operators only, CSRF

@@ -87,4 +87,61 @@
       setTimeout(() => window.location.reload(), 1500);
     });
   });
+
+  // More logical queues, a deletion, a plain topic made static: previewed (the mapping after, or what
+  // goes), then applied at the epoch the preview showed.
+  document.querySelectorAll("form.static-change").forEach((form) => {
+    const box = form.nextElementSibling;
+    const apply = form.querySelector(".apply-button");
+    let previewed = null;
+    const bodyOf = () => {
+      if (form.elements.topic) return { topic: form.elements.topic.value.trim() };
+      const kind = form.elements.change.value;
+      return kind === "resize" ? { kind, queueNums: Number(form.elements.queueNums.value) } : { kind };
+    };
+    const say = (text, answer) => {
+      box.hidden = false;
+      box.textContent = "";
+      const head = document.createElement("div");
+      head.className = "head";
+      head.textContent = text;
+      box.append(head);
+      if (answer && answer.fields) {
+        const pre = document.createElement("pre");
+        pre.textContent = JSON.stringify(answer.fields);
+        box.append(pre);
+      }
+    };
+    const describe = (answer, done) => {
+      const verb = done ? "is" : "would be";
+      if (!answer.after) return `${answer.before.topic} ${verb} deleted, with its topic on every broker set it names`;
+      return `${answer.after.topic} ${verb} at epoch ${answer.after.epoch} with ${answer.after.queues.length} logical queues`;
+    };
+    form.querySelectorAll("select, input").forEach((el) => el.addEventListener("change", () => (apply.disabled = true)));
+    form.querySelector(".preview-button").addEventListener("click", async () => {
+      const body = bodyOf();
+      const { status, answer } = await post(form.dataset.url, { ...body, preview: true });
+      if (status !== 200) {
+        previewed = null;
+        apply.disabled = true;
+        say(`refused: ${answer.detail}`, answer);
+        return;
+      }
+      previewed = answer.before ? { ...body, epoch: answer.before.epoch } : body;
+      apply.disabled = false;
+      say(`preview: ${describe(answer, false)}; nothing changed yet`);
+    });
+    apply.addEventListener("click", async () => {
+      if (!previewed) return;
+      apply.disabled = true;
+      const { status, answer } = await post(form.dataset.url, { ...previewed, preview: false });
+      previewed = null;
+      if (status !== 200) {
+        say(`refused: ${answer.detail}`, answer);
+        return;
+      }
+      say(`done: ${describe(answer, true)}`);
+      setTimeout(() => window.location.reload(), 1500);
+    });
+  });
 })();
