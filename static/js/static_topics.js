@@ -12,13 +12,23 @@
     return { scaleOut: broker };
   }
 
-  function show(box, head, answer) {
+  function headed(box, text) {
     box.hidden = false;
     box.innerHTML = "";
     const title = document.createElement("div");
     title.className = "head";
-    title.textContent = head;
+    title.textContent = text;
     box.append(title);
+  }
+
+  function fieldErrors(box, answer) {
+    const pre = document.createElement("pre");
+    pre.textContent = answer && answer.fields ? JSON.stringify(answer.fields) : "";
+    box.append(pre);
+  }
+
+  function show(box, head, answer) {
+    headed(box, head);
     if (answer.moves) {
       const table = document.createElement("table");
       table.className = "moves";
@@ -41,9 +51,7 @@
       kept.textContent = `Old segments stay readable ${answer.oldSegmentsKeptHours} h after their last message.`;
       box.append(table, kept);
     } else {
-      const pre = document.createElement("pre");
-      pre.textContent = answer.fields ? JSON.stringify(answer.fields) : "";
-      box.append(pre);
+      fieldErrors(box, answer);
     }
   }
 
@@ -100,17 +108,8 @@
       return kind === "resize" ? { kind, queueNums: Number(form.elements.queueNums.value) } : { kind };
     };
     const say = (text, answer) => {
-      box.hidden = false;
-      box.textContent = "";
-      const head = document.createElement("div");
-      head.className = "head";
-      head.textContent = text;
-      box.append(head);
-      if (answer && answer.fields) {
-        const pre = document.createElement("pre");
-        pre.textContent = JSON.stringify(answer.fields);
-        box.append(pre);
-      }
+      headed(box, text);
+      if (answer && answer.fields) fieldErrors(box, answer);
     };
     const describe = (answer, done) => {
       const verb = done ? "is" : "would be";
