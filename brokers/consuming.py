@@ -412,8 +412,10 @@ class ConsumeService:
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """A pull consumer's commit (a remoting client's UPDATE_CONSUMER_OFFSET, or the offset its pull
         carries): the queue goes on from ``offset``, as a reset does (such a group has nothing in
-        flight). The same offset again changes and records nothing. NotStored when its record was not
-        stored."""
+        flight). The same offset again changes and records nothing. An offset below the queue's min
+        offset counts as the min (retention deleted what lies below: a pull's commit written after the
+        group was moved past them must not move it back). NotStored when its record was not stored."""
+        offset = max(offset, self.store.min_queue_offset(topic, queue_id))
         if self.committed_offset(group, topic, queue_id) != offset:
             await self.reset_queue(group, topic, queue_id, offset, "client_commit")
 

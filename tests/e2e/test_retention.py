@@ -29,8 +29,13 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from audits import event_store
 from controlplane.models import ApiToken
-from mqrules.remoting.codes import RequestCode
-from mqrules.remoting.headers import GET_MAX_OFFSET_REQUEST, GET_MIN_OFFSET_REQUEST
+from mqrules.remoting.codes import RequestCode, ResponseCode
+from mqrules.remoting.headers import (
+    GET_MAX_OFFSET_REQUEST,
+    GET_MIN_OFFSET_REQUEST,
+    QUERY_CONSUMER_OFFSET_REQUEST,
+    UPDATE_CONSUMER_OFFSET_REQUEST,
+)
 from testkit.remoting import RemotingClient
 from testkit.tmpfs import tmpfs
 from tests.e2e.test_acting_master import broker_log
@@ -146,6 +151,15 @@ def test_files_expire_and_a_group_behind_the_horizon_skips_forward_with_a_retent
 
             wait_for(lambda: len(skips()) == 4, 15, "a retention_skip per queue reported")
             assert [skips()[q] for q in range(4)] == lows
+            # a pull consumer's stale commit (written after the skip) does not move the group back
+            with RemotingClient(f"127.0.0.1:{master.listen_port}") as c:
+                query = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": 0}
+                stale = c.request(
+                    RequestCode.UPDATE_CONSUMER_OFFSET, {**query, "commitOffset": 5}, UPDATE_CONSUMER_OFFSET_REQUEST
+                )
+                assert stale.code == ResponseCode.SUCCESS, stale.remark
+                kept = c.request(RequestCode.QUERY_CONSUMER_OFFSET, query, QUERY_CONSUMER_OFFSET_REQUEST)
+                assert int(kept.ext_fields["offset"]) >= lows[0]
         finally:
             master.stop()
 
