@@ -454,10 +454,13 @@ class Broker:
 
     def _disk_full(self, full: bool) -> None:
         """The disk passed diskSpaceWarningLevelRatio (or is back): sends refused, and the topics
-        registered without write permission, so routes send elsewhere (RocketMQ's brokerPermission)."""
+        registered without write permission, so routes send elsewhere (RocketMQ's brokerPermission); in
+        controller mode a master also steps down, as for a failed store, so an in-sync replica takes over."""
         self.permission.update(disk_full=full)
         if self.topics.mask_write(full):
             self.nameserver.register_soon()
+        if full and self.replicas is not None:  # controller mode: a master hands its writes to an in-sync replica
+            self.replicas.disk_full.set()
 
     def _set_isolated(self, isolated: bool) -> None:
         if isolated != self.permission.facts.isolated:

@@ -27,6 +27,7 @@ log = logging.getLogger("brokers.retention")
 
 RATE_WINDOW_S = 60.0  # the write rate is measured over (at most) the last minute
 HOUR_S = 3600.0
+FULL_LOOK_S = 0.5  # how often the disk is looked at while it is full
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Retention:
     async def run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._wake.wait(), self.config.cleanResourceInterval / 1000)
+                await asyncio.wait_for(self._wake.wait(), self._interval_s())
             except TimeoutError:
                 pass
             self._wake.clear()
@@ -78,6 +79,12 @@ class Retention:
                 await self.check()
             except Exception:  # never let retention stop: the next look tries again
                 log.exception("retention check failed")
+
+    def _interval_s(self) -> float:
+        """cleanResourceInterval; every FULL_LOOK_S at most while the disk is full, so writes come back
+        soon after room is made (no file starts while sends are refused)."""
+        interval = self.config.cleanResourceInterval / 1000
+        return min(interval, FULL_LOOK_S) if self.disk_full else interval
 
     async def check(self) -> int:
         """One look: the disk measured, the gate told, the files that may go deleted one by one.

@@ -264,9 +264,7 @@ def resize(
             _check_targets(targets)
             after = lq.grow(before, queue_count, targets)
         except lq.MappingRefused as exc:
-            raise StaticTopicRefused(
-                exc.code, exc.detail, 409 if exc.code == C.LOGIC_QUEUE_MAPPING_FENCED_EPOCH else 400
-            ) from None
+            raise StaticTopicRefused(exc.code, exc.detail, 409) from None  # refused by the mapping as it is now
         if apply:
             params = {"queueNums": queue_count, "brokerNames": targets, "epochBefore": before.epoch}
             _store(row, after, StaticTopicChange.Kind.RESIZE, actor, params)

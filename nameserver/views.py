@@ -301,9 +301,10 @@ def _static_change(request, topic: str, serializer, data, touched, change) -> Re
 _CHANGE_ERRORS = errors(
     *BODY,
     why={
-        400: "29 INVALID_PARAMETER: fewer queues than now (a static topic's count never goes down), or already static.",
+        400: "Malformed input: field errors.",
         404: "17 TOPIC_NOT_EXIST or 211 BROKER_NOT_EXIST.",
-        409: "2100 LOGIC_QUEUE_MAPPING_FENCED_EPOCH: the mapping changed since epoch.",
+        409: "2100 LOGIC_QUEUE_MAPPING_FENCED_EPOCH: the mapping changed since epoch; 29 INVALID_PARAMETER: "
+        "not more queues than now (a static topic's count never goes down), or already static.",
     },
 )
 

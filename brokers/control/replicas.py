@@ -69,6 +69,9 @@ class ReplicasManager:
         """``on_role(is_master, master_epoch)``: told of every role taken, before sends are let in."""
         self.config, self.store, self.ha, self.link, self.topics = config, store, ha, link, topics
         self.permission = permission
+        # Set when the disk passed diskSpaceWarningLevelRatio (brokers/retention.py): a master steps down
+        # as for a failed store, so an in-sync replica takes the writes instead of none.
+        self.disk_full = asyncio.Event()
         self.on_role = on_role
         self.root = Path(config.storePathRootDir)
         self.broker_id: int | None = None  # brokerControllerId
@@ -365,13 +368,17 @@ class ReplicasManager:
         once, as for a dead master), repairs its store once the disk takes writes, comes back and
         follows the new master. A slave's store failure needs no election; it repairs in place."""
         while True:
-            await self.store.failed.wait()
+            await _first_set(self.store.failed, self.disk_full)
             master = self.master_id == self.broker_id and self.ha.role is not BrokerRole.SLAVE
             if master:
+                if not self.store.failed.is_set():
+                    log.error("the disk is full (diskSpaceWarningLevelRatio): the store takes no writes")
                 log.error("the store stopped taking writes: stepping down so that the controller elects an in-sync replica")
                 self.permission.update(fenced=True)
                 await self.link.stop(unregister=True)
-            await self.store.repair_when_possible()
+            self.disk_full.clear()
+            if self.store.failed.is_set():
+                await self.store.repair_when_possible()
             if master:
                 self.link.broker_id = self.broker_id  # not id 0 while another may hold it: no double master
                 self.link.start()
@@ -453,3 +460,13 @@ class ReplicasManager:
             sorted(ha.sync_state_set),
             self.sync_state_set_epoch,
         )
+
+
+async def _first_set(*events: asyncio.Event) -> None:
+    """Returns once any of ``events`` is set."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()

@@ -293,7 +293,7 @@ def test_more_logical_queues_are_previewed_then_placed_on_the_least_loaded_sets_
     assert (change.kind, change.params["queueNums"]) == ("resize", 5)
     assert OperatorAction.objects.filter(action=f"POST {path}").count() == 2  # the preview, then the change
     fewer = sets.post(path, {"queueNums": 4}, format="json")
-    assert fewer.status_code == 400 and "never goes down" in fewer.json()["detail"] and stored_epoch() == 2
+    assert fewer.status_code == 409 and "never goes down" in fewer.json()["detail"] and stored_epoch() == 2
     stale = sets.post(path, {"queueNums": 6, "epoch": 1}, format="json")
     assert stale.status_code == 409 and stale.json()["code"] == C.LOGIC_QUEUE_MAPPING_FENCED_EPOCH
     bad = sets.post(path, {"queueNums": "many", "brokerNames": []}, format="json")
