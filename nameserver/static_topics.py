@@ -72,7 +72,7 @@ def _check_targets(names: list[str]) -> None:
 
 
 def _store(row: StaticTopic, m: lq.TopicMapping, kind: str, actor: str, params: dict) -> None:
-    """Write the new mapping and its history row; make sure every broker set of it has the topic
+    """Write the new mapping and its history row; make sure every broker set it names has the topic
     with enough physical queues (the topic config, pushed as any topic update is); after commit, the
     routes change and every broker of the topic is told the new mapping (brokers also get it with
     each registration answer, so a lost push only delays)."""
@@ -86,7 +86,12 @@ def _store(row: StaticTopic, m: lq.TopicMapping, kind: str, actor: str, params: 
     transaction.on_commit(partial(_announce, m))
     transaction.on_commit(route_cache.registry_changed)
     if kind in (StaticTopicChange.Kind.CREATE, StaticTopicChange.Kind.MOVE, StaticTopicChange.Kind.RESIZE):
+        # Not to a set holding expired segments only: it has nothing of the topic left to serve, and a
+        # drained set may have been removed since (its expired records stay, for a move back to reuse).
+        serving = m.brokers()
         for broker, count in sorted(lq.physical_queue_counts(m).items()):
+            if broker not in serving:
+                continue
             services.create_or_update_topic(
                 m.topic, read_queue_nums=count, write_queue_nums=count, perm=PERM_READ_WRITE, broker_names=[broker]
             )

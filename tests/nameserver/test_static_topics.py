@@ -333,3 +333,25 @@ def test_an_existing_topic_turns_static_with_its_queues_keeping_their_offsets(se
     again = sets.post(path, {}, format="json")
     assert again.status_code == 409 and again.json()["code"] == C.INVALID_PARAMETER
     assert sets.post(f"{NS}/topics/Nowhere/make-static", {}, format="json").status_code == 404
+
+
+def test_a_topic_whose_expired_segments_name_a_set_that_left_still_changes(sets, broker_token):
+    """A drained set whose segments expired is unregistered (its brokers stopped): the topic still
+    grows and moves; topic configs go to the sets holding segments that have not expired only."""
+    create(sets, queues=2, brokers=(B1, B2))
+    assert migrate(sets, {"drain": {"brokerName": B1}}).status_code == 200
+    static_topics.seal("Orders", 0, B1, 0, 120)
+    frame(broker_token, ("broker_status", status_report(B1, "WRITER", [["Orders", 0, 120, 120]])))
+    broker = APIClient()
+    broker.credentials(HTTP_AUTHORIZATION=f"Bearer {broker_token}")
+    gone = broker.post(
+        f"{NS}/brokers/unregister", {"clusterName": "c1", "brokerAddr": ADDRS[B1], "brokerName": B1}, format="json"
+    )
+    assert gone.status_code == 200 and gone.json()["unregistered"], gone.content
+    grown = sets.post(f"{NS}/static-topics/Orders/queue-count", {"queueNums": 3, "brokerNames": [B3]}, format="json")
+    assert grown.status_code == 200, grown.content
+    moved = migrate(sets, {"moves": [{"queueId": 1, "brokerName": B3}]})
+    assert moved.status_code == 200, moved.content
+    route = sets.get(f"{NS}/routes/Orders").json()
+    assert {qd["brokerName"]: qd["writeQueueNums"] for qd in route["queueDatas"]} == {B2: 2, B3: 2}
+    assert static_topics.mapping_of("Orders").queues[0].segments[0].expired  # kept: a move back reuses it
