@@ -7,6 +7,8 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from .models import StaticTopicChange
+
 
 class _Ack(serializers.Serializer):
     code = serializers.IntegerField(help_text="0 SUCCESS")
@@ -176,7 +178,7 @@ class StaticTopicListAnswer(serializers.Serializer):
 
 class _ChangeAnswer(serializers.Serializer):
     epoch = serializers.IntegerField()
-    kind = serializers.ChoiceField(choices=["create", "move", "decide", "expire"])
+    kind = serializers.ChoiceField(choices=StaticTopicChange.Kind.values)
     actor = serializers.CharField()
     params = serializers.DictField()
     at = serializers.DateTimeField()
