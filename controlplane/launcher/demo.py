@@ -1,14 +1,17 @@
-"""The ``demo`` command: migrate, bootstrap the operator, then the control plane and a replica group
-of brokers until Ctrl-C."""
+"""The ``demo`` command: migrate, bootstrap the operator, then the control plane, a replica group of
+brokers and a Prometheus watching them (when installed) until Ctrl-C."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from testkit.ports import free_port
-from testkit.procs import Process
+from testkit.procs import Process, ProcessDied
 
 from .common import (
     DATA_DIR,
     LOG_DIR,
+    LauncherError,
     child_env,
     display_path,
     ensure_port_free,
@@ -20,6 +23,7 @@ from .common import (
 )
 from .demo_brokers import start_demo_brokers
 from .processes import manage, ready_banner, start_control_plane, wait_healthy
+from .prometheus import INSTALL_HINT, MULTIPROC_ENV, Prometheus, find_binary, fresh_multiproc_dir, start, wait_ready, write_config
 from .services import resolve_services
 
 DEFAULT_PORT = 8000
@@ -52,6 +56,12 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT) -> int:
             "create_api_token --name demo-admin --scope admin --if-missing --write-to".split() + [str(admin_token_path)],
             allow_unknown=True,
         )
+        # Prometheus's: read-only, into its file; the generated configuration names the file (credentials_file).
+        prometheus_token_path = DATA_DIR / "demo-prometheus.token"
+        manage(
+            "create_api_token --name demo-prometheus --scope read --if-missing --write-to".split() + [str(prometheus_token_path)],
+            allow_unknown=True,
+        )
 
         ensure_port_free(port)  # re-check: setup took a while
         ensure_port_free(remoting_port, variable="NAMESRV_PORT")
@@ -63,7 +73,11 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT) -> int:
             audit_spark_port = free_port()
             env["AUDIT_SPARK_REMOTE"] = f"sc://localhost:{audit_spark_port}"
             env.setdefault("AUDIT_SPARK_TOKEN_FILE", str(DATA_DIR / "audit-spark.token"))
-        children += start_control_plane(port, remoting_port, env, audit_spark_port)
+        # prometheus_client's multiprocess mode: web, worker and beat count into one folder, emptied now
+        # (docs/metrics.md); the brokers serve their own /metrics and must not write there.
+        env.pop(MULTIPROC_ENV, None)
+        multiproc = {**env, MULTIPROC_ENV: str(fresh_multiproc_dir(DATA_DIR / "prometheus-multiproc"))}
+        children += start_control_plane(port, remoting_port, multiproc, audit_spark_port)
         watched = [watch(c) for c in children] + services.watched
 
         base = f"http://127.0.0.1:{port}"
@@ -72,7 +86,12 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT) -> int:
 
         brokers = start_demo_brokers(base, token_path, env) if token_path.exists() else []
         children += [b.process for b in brokers]
-        print(ready_banner(base, f"127.0.0.1:{remoting_port}", token_path, admin_token_path), flush=True)
+        prometheus = start_demo_prometheus(base, prometheus_token_path)
+        if prometheus is not None:
+            children.append(prometheus.process)
+            watched.append(watch(prometheus.process))
+        prometheus_url = prometheus.url if prometheus is not None else None
+        print(ready_banner(base, f"127.0.0.1:{remoting_port}", token_path, admin_token_path, prometheus_url), flush=True)
         if brokers:
             grpc = ", ".join(f"{b.process.name} gRPC 127.0.0.1:{b.grpc_port}" for b in brokers)
             print(
@@ -85,3 +104,26 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT) -> int:
         enter_stopping()
         stop_children(children)
         services.stop()
+
+
+def start_demo_prometheus(base: str, token_path: Path) -> Prometheus | None:
+    """Prometheus on a free port of 127.0.0.1 watching the demo (docs/metrics.md: the control plane's
+    /metrics, the brokers through the control plane's discovery, the shipped rules, every 5 s), its data
+    in .data/prometheus/; None, after one line saying how to install it, when it is not installed."""
+    binary = find_binary()
+    if binary is None:
+        log(f"Prometheus is not installed; the demo runs without it ({INSTALL_HINT})")
+        return None
+    if not token_path.exists():
+        log(f"no {display_path(token_path)}; the demo runs without Prometheus")
+        return None
+    config_path = DATA_DIR / "prometheus.yml"
+    write_config(config_path, base, None, token_file=token_path)
+    prometheus = start(config_path, DATA_DIR / "prometheus", LOG_DIR / "prometheus.log", binary=binary, die_with_parent=True)
+    log(f"started prometheus (pid {prometheus.process.pid}, log {display_path(prometheus.process.log_path)})")
+    try:
+        wait_ready(prometheus)
+    except (ProcessDied, TimeoutError) as exc:
+        prometheus.process.stop()
+        raise LauncherError(f"Prometheus did not start: {exc}") from None
+    return prometheus

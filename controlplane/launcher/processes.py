@@ -94,9 +94,11 @@ def wait_healthy(url: str, watched: Sequence[Watched]) -> None:
         ) from None
 
 
-def ready_banner(base: str, namesrv_addr: str, token_path: Path, admin_token_path: Path | None = None) -> str:
-    """The block a demo user needs: where to click, who to log in as, where the broker token is, how
-    to run the command line."""
+def ready_banner(
+    base: str, namesrv_addr: str, token_path: Path, admin_token_path: Path | None = None, prometheus_url: str | None = None
+) -> str:
+    """The block a demo user needs: where to click (the dashboard, the demo's Prometheus when it runs),
+    who to log in as, where the broker token is, how to run the command line."""
     password_file = DATA_DIR / "operator-password"
     login = "operator"
     if password_file.exists():
@@ -104,6 +106,7 @@ def ready_banner(base: str, namesrv_addr: str, token_path: Path, admin_token_pat
     token = display_path(token_path) if token_path.exists() else "not created (see the messages above)"
     rows = [
         ("Dashboard", f"{base}/"),
+        *([("Prometheus", f"{prometheus_url}/  (alerts: {prometheus_url}/alerts; docs/metrics.md)")] if prometheus_url else []),
         ("namesrvAddr", f"{namesrv_addr}  (RocketMQ remoting, read-only; docs/remoting.md)"),
         ("API docs", f"{base}/api/docs/"),
         ("Login", login),
