@@ -28,6 +28,8 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
 
@@ -37,6 +39,8 @@ from brokers.runtime import tune_gc  # noqa: E402
 from brokers.store import codec  # noqa: E402
 from brokers.store.message import Message  # noqa: E402
 from brokers.store.store import FlushDiskType, MessageStore, PutMessageStatus, StoreConfig  # noqa: E402
+from brokers.topics import TopicConfig  # noqa: E402
+from testkit.brokers import BrokerPorts  # noqa: E402
 
 BODY = os.urandom(1024)
 SEGMENT = 256 * 1024 * 1024
@@ -99,60 +103,76 @@ def raw_write(path: Path, total: int) -> float:
     return elapsed
 
 
-def grpc_phase(root: Path, count: int, batch: int, in_flight: int) -> float:
-    """Start a broker process, create the topic in its store config, and send over gRPC."""
+@contextmanager
+def bench_broker(
+    root: Path, topic: TopicConfig | None = None, prepare: Callable[[Path], None] | None = None, **keys: object
+) -> Iterator[BrokerPorts]:
+    """A broker process serving ``topic`` (default: Bench, 8 queues) from ``root``, stopped on the way
+    out; ``prepare(root)`` fills its store folder first."""
+    from brokers.topics import TopicConfigManager
+    from testkit.brokers import broker_keys, broker_process, unreachable_control_plane, write_broker_conf
+
+    root.mkdir(parents=True)
+    TopicConfigManager(root / "config" / "topics.json").update(topic or TopicConfig("Bench", 8, 8, 6))
+    if prepare is not None:
+        prepare(root)
+    ports = BrokerPorts.reserve()
+    conf = write_broker_conf(
+        root / "broker.conf",
+        broker_keys("bench", root, ports, unreachable_control_plane(), mappedFileSizeCommitLog=SEGMENT, **keys),
+    )
+    broker = broker_process("broker", conf, root / "broker.log", log_level="ERROR").start()
+    try:
+        yield ports
+    finally:
+        broker.stop(30)
+
+
+def grpc_send_rate(port: int, count: int, batch: int, in_flight: int, topic: str = "Bench") -> float:
+    """msgs/s of ``count`` 1 KB messages sent over gRPC to ``port`` in batched SendMessage requests."""
     import grpc
     from rocketmq.grpc_protocol import definition_pb2 as pb
     from rocketmq.grpc_protocol import service_pb2 as spb
     from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
-    from brokers.topics import TopicConfig, TopicConfigManager
-    from testkit.brokers import BrokerPorts, broker_keys, broker_process, unreachable_control_plane, write_broker_conf
+    async def run() -> float:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 30)
+            stub = rpc.MessagingServiceStub(channel)
+            requests = [
+                spb.SendMessageRequest(
+                    messages=[
+                        pb.Message(
+                            topic=pb.Resource(name=topic),
+                            body=BODY,
+                            system_properties=pb.SystemProperties(
+                                message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+                            ),
+                        )
+                        for n in range(first, min(count, first + batch))
+                    ]
+                )
+                for first in range(0, count, batch)
+            ]
+            sem = asyncio.Semaphore(in_flight)
 
-    root.mkdir(parents=True)
-    TopicConfigManager(root / "config" / "topics.json").update(TopicConfig("Bench", 8, 8, 6))
-    ports = BrokerPorts.reserve()
-    port = ports.grpc
-    conf = write_broker_conf(
-        root / "broker.conf", broker_keys("bench", root, ports, unreachable_control_plane(), mappedFileSizeCommitLog=SEGMENT)
-    )
-    broker = broker_process("broker", conf, root / "broker.log", log_level="ERROR").start()
-    try:
+            async def send(req) -> None:
+                async with sem:
+                    resp = await stub.SendMessage(req, timeout=30)
+                    if resp.status.code != pb.Code.OK:
+                        raise SystemExit(f"send failed: {resp.status}")
 
-        async def run() -> float:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                await asyncio.wait_for(channel.channel_ready(), 30)
-                stub = rpc.MessagingServiceStub(channel)
-                requests = [
-                    spb.SendMessageRequest(
-                        messages=[
-                            pb.Message(
-                                topic=pb.Resource(name="Bench"),
-                                body=BODY,
-                                system_properties=pb.SystemProperties(
-                                    message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
-                                ),
-                            )
-                            for n in range(first, min(count, first + batch))
-                        ]
-                    )
-                    for first in range(0, count, batch)
-                ]
-                sem = asyncio.Semaphore(in_flight)
+            start = time.perf_counter()
+            await asyncio.gather(*(send(r) for r in requests))
+            return count / (time.perf_counter() - start)
 
-                async def send(req) -> None:
-                    async with sem:
-                        resp = await stub.SendMessage(req, timeout=30)
-                        if resp.status.code != pb.Code.OK:
-                            raise SystemExit(f"send failed: {resp.status}")
+    return asyncio.run(run())
 
-                start = time.perf_counter()
-                await asyncio.gather(*(send(r) for r in requests))
-                return count / (time.perf_counter() - start)
 
-        return asyncio.run(run())
-    finally:
-        broker.stop(30)
+def grpc_phase(root: Path, count: int, batch: int, in_flight: int) -> float:
+    """Start a broker process, create the topic in its store config, and send over gRPC."""
+    with bench_broker(root) as ports:
+        return grpc_send_rate(ports.grpc, count, batch, in_flight)
 
 
 def main() -> None:

@@ -116,6 +116,7 @@ class BrokerAdmin:
         retention: Retention,
         consumers: Callable[[], ConsumerQueues | None],
         config_changed: Callable[[], None],
+        metrics_addr: Callable[[], str | None] = lambda: None,
     ):
         """``config_path``: the broker.conf the broker was started from, where changes are kept (None:
         they last until the process stops). ``consumers()``: the client endpoint's consumer side (None
@@ -127,6 +128,7 @@ class BrokerAdmin:
         self.ha, self.permission, self.retention = ha, permission, retention
         self.consumers = consumers
         self.config_changed = config_changed
+        self.metrics_addr = metrics_addr  # where Prometheus scrapes this broker (None: metrics off)
         self.started_at_ms = now_ms()
         # (topic, queueId) -> ((the store's truncation and deletion counts), the queue's first offset, its
         # first message's store time): a queue's first message moves only when the log is cut, restarted
@@ -188,6 +190,7 @@ class BrokerAdmin:
                 "topics": len(topics),
                 "consumerGroups": len(self.meta.groups),
                 "store": await self.retention.report(),
+                "metricsAddr": self.metrics_addr(),
             },
             "config": reported_values(c),
             "dynamicKeys": sorted(DYNAMIC_KEYS),

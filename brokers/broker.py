@@ -31,10 +31,11 @@ from .ha.gate import WritePermission
 from .ha.service import HAService
 from .meta import ConsumerMeta
 from .metalog import MetaLog, MetaMode
+from .metrics import BrokerMetrics, DiskUse, HAView, MetricsEndpoint, Sources, Traffic
 from .remoting.endpoint import RemotingEndpoint, RemotingPorts
 from .remoting.locks import gather_replies
 from .remoting.server import RemotingServer
-from .retention import Retention
+from .retention import Retention, disk_usage
 from .services import BrokerServices, ServicePorts
 from .store import codec
 from .store.store import FlushDiskType, MessageStore, StoreConfig
@@ -66,6 +67,7 @@ class Broker:
         controller = config.enableControllerMode
         classic_acting = config.enableSlaveActingMaster and not controller
         self.pre_online = classic_acting and not config.skipPreOnline and config.totalReplicas > 1
+        self.traffic = Traffic()  # what the edges count as they serve (brokers/metrics.py)
         # The one owner of "does this broker take sends": the HA service feeds it the role, the
         # replicas manager whether the controller assigned one, this class an operator's isolation.
         self.permission = WritePermission(BrokerRole(config.brokerRole), fenced=controller)
@@ -120,8 +122,10 @@ class Broker:
             retention=self.retention,
             consumers=lambda: self.services.consuming if self.services is not None else None,
             config_changed=self._config_changed,
+            metrics_addr=lambda: self.metrics.address if self.metrics is not None else None,
         )
         self._build_acting(config, classic_acting)
+        self.metrics = self._build_metrics(config)
         # The background tasks this broker owns (each cancelled on stop).
         self._transactions: asyncio.Task | None = None
         self._report_offsets: asyncio.Task | None = None
@@ -152,7 +156,7 @@ class Broker:
             take_resolutions=self._take_resolutions,
         )
         # listenPort: remoting clients (brokers/remoting/) and this set's peers (brokers/control/peers.py)
-        self.remoting = RemotingServer(config.brokerIP1, config.listenPort)
+        self.remoting = RemotingServer(config.brokerIP1, config.listenPort, answered=self.traffic.remoting_answered)
         self.remoting.handle_all(
             peer_handlers(
                 config.peer_token,
@@ -174,6 +178,40 @@ class Broker:
             MemberGroupTracker(config, self.nameserver, acting.on_min_broker, paused=lambda: acting.pre_online)
             if classic_acting
             else None
+        )
+
+    def _build_metrics(self, config: BrokerConfig) -> MetricsEndpoint | None:
+        """Prometheus metrics (brokers/metrics.py) unless metricsExporterType=DISABLE."""
+        if config.metricsExporterType == "DISABLE":
+            return None
+        ha, store, meta, retention = self.ha, self.store, self.consumer_meta, self.retention
+
+        def ha_view() -> HAView:
+            levels = ha.water_levels()
+            return HAView(
+                levels["role"], levels["masterEpoch"], frozenset(ha.effective_sync_state_set()), tuple(levels["slaves"])
+            )
+
+        async def disk() -> DiskUse:
+            return DiskUse(disk_usage(retention.path).ratio / 100, config.diskSpaceWarningLevelRatio / 100)
+
+        sources = Sources(
+            config=config,
+            store=store,
+            topic_count=lambda: len(self.topics.topics),
+            group_count=lambda: len(meta.groups),
+            committed=lambda: meta.offsets.offsets,
+            popped=lambda: {key: q.pop_offset for key, q in meta.pop.queues.items()},
+            ha=ha_view,
+            gate=lambda: self.permission.reason,
+            acting=lambda: self.metalog.mode is MetaMode.ACTING,
+            disk=disk,
+        )
+        return MetricsEndpoint(
+            config.metrics_host,
+            config.metricsPromExporterPort,
+            BrokerMetrics(sources, self.traffic),
+            interval=lambda: config.brokerStatusReportInterval / 1000,
         )
 
     def _link_hooks(self, controller: bool, classic_acting: bool) -> LinkHooks:
@@ -210,6 +248,8 @@ class Broker:
         if self._classic_master and not self.pre_online:
             await self.metalog.become_writer()
         await self.remoting.start()
+        if self.metrics is not None:
+            await self.metrics.start()
         self._follow = loop.create_task(self.metalog.follow_forever(), name="meta-follow")
         await self._serve_clients()
         self._report_offsets = loop.create_task(self.offset_reporter.run(), name="offset-reports")
@@ -238,7 +278,9 @@ class Broker:
             report_sealed=lambda sealed: self.nameserver.call("static_topic_sealed", sealed),
             may_seal=lambda: self.metalog.mode is MetaMode.WRITER,  # static topics: the master seals
         )
-        services = self.services = BrokerServices(self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports)
+        services = self.services = BrokerServices(
+            self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports, self.traffic
+        )
         self.grpc_service = GrpcEndpoint(self.config, services, self.topics)
         self.grpc_server = await serve(self.grpc_service)
         self._revive = loop.create_task(services.consuming.revive_forever(), name="revive")
@@ -306,6 +348,8 @@ class Broker:
         if self.members is not None:
             await self.members.stop()
         await self.nameserver.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         await self.remoting.stop()
         await self.ha.stop()
         await self.store.shutdown()

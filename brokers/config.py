@@ -153,11 +153,22 @@ class BrokerConfig:
     # RocketMQ: how long a deleted file still mapped by a reader may live. Reads here are preads that
     # finish in microseconds; a deleted file is closed once the reads in flight are done, well within it.
     destroyMapedFileIntervalForcibly: int = 120000
+    # Metrics (brokers/metrics.py, docs/metrics.md; RocketMQ's BrokerConfig keys): PROM serves Prometheus'
+    # text format at http://metricsPromExporterHost:metricsPromExporterPort/metrics (host empty: brokerIP1;
+    # port 0: a free one, reported as status.metricsAddr), DISABLE serves nothing. RocketMQ's default is
+    # DISABLE; ours is PROM, so a cluster can be watched without configuring each broker.
+    metricsExporterType: str = "PROM"
+    metricsPromExporterHost: str = ""
+    metricsPromExporterPort: int = 5557
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
     def broker_addr(self) -> str:
         return f"{self.brokerIP1}:{self.listenPort}"
+
+    @property
+    def metrics_host(self) -> str:
+        return self.metricsPromExporterHost or self.brokerIP1
 
     @property
     def grpc_addr(self) -> str:
@@ -194,6 +205,9 @@ class BrokerConfig:
         # nameserver's default of 120 s applies. We always send a heartbeat, so a short timeout is safe.
         return self.brokerNotActiveTimeoutMillis
 
+
+# RocketMQ's MetricsExporterType: OTLP_GRPC and LOG are RocketMQ's too, not served here (refused at startup).
+METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 
 _FIELDS = {f.name: f for f in fields(BrokerConfig) if f.name != "extra"}
 
@@ -338,6 +352,10 @@ def _check(c: BrokerConfig) -> list[str]:
     for key in ("listenPort", "haListenPort", "grpcServerPort"):
         if not 1 <= getattr(c, key) <= 65535:
             problems.append(f"{key}: must be a port number (1-65535)")
+    if not 0 <= c.metricsPromExporterPort <= 65535:
+        problems.append("metricsPromExporterPort: must be a port number (1-65535), or 0 for a free one")
+    if c.metricsExporterType not in METRICS_EXPORTER_TYPES:
+        problems.append(f"metricsExporterType: must be one of {', '.join(METRICS_EXPORTER_TYPES)}")
     if c.flushDiskType not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         problems.append("flushDiskType: must be ASYNC_FLUSH or SYNC_FLUSH")
     if c.brokerRole not in set(BrokerRole):

@@ -24,6 +24,7 @@ from .core.fifo import is_orderly, max_attempts, plan_orderly_pop
 from .core.pop import ReceiptHandle, dlq_topic, receive_order, retry_topic
 from .meta import ConsumerMeta
 from .metalog import MetaLog, MetaMode
+from .metrics import Traffic
 from .pop import PopState, now_ms
 from .static import StaticQueues
 from .store.message import Message
@@ -63,8 +64,10 @@ class ConsumeService:
         *,
         topics_changed: Callable[[], None] | None = None,
         offset_committed: OffsetCommitted | None = None,
+        traffic: Traffic | None = None,
     ):
         self.config, self.store, self.topics, self.static = config, store, topics, static
+        self.traffic = traffic if traffic is not None else Traffic()
         self.meta, self.metalog = meta, metalog
         self.offsets = meta.offsets
         self.topics_changed, self.offset_committed = topics_changed, offset_committed
@@ -279,6 +282,8 @@ class ConsumeService:
             if self.pop.queues.get((group, topic, queue_id)) is queue:
                 queue.restore(before)
             raise
+        if chosen:
+            self.traffic.messages_handed_out(topic, group, len(chosen), sum(len(m.body) for m in chosen))
         return list(zip(chosen, handles, attempts, strict=True))
 
     # --- acks and invisible time ------------------------------------------------------------------

@@ -17,16 +17,27 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from .config import BrokerConfig
-from .core.admission import Admission, Outgoing, SendRules, admit_send, forwards_sends
+from .core.admission import Admission, Admitted, Outgoing, SendRules, admit_send, forwards_sends, metrics_type
 from .core.delay_levels import parse_delay_levels
 from .core.roles import WriteReason
+from .metrics import Traffic
 from .static import StaticQueues
 from .store.message import Message
-from .store.results import PutResult
+from .store.results import PutMessageStatus, PutResult
 from .store.store import MessageStore
 from .timer import into_wheel, now_ms
 from .topics import TopicConfigManager
 from .transaction import into_half
+
+# RocketMQ's PutMessageResult.isOk(): stored, whatever the flush or the replicas said
+STORED = frozenset(
+    (
+        PutMessageStatus.PUT_OK,
+        PutMessageStatus.FLUSH_DISK_TIMEOUT,
+        PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+        PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    )
+)
 
 
 class WriteGate(Protocol):
@@ -48,8 +59,10 @@ class SendService:
         static: StaticQueues,
         gate: WriteGate,
         acting: Callable[[], bool],
+        traffic: Traffic,
     ):
         self.store, self.topics, self.static = store, topics, static
+        self.traffic = traffic
         self.gate, self.acting = gate, acting
         levels = parse_delay_levels(config.messageDelayLevel)
         self.rules = SendRules(config.brokerName, config, levels, itertools.count(), static.turns)
@@ -90,7 +103,9 @@ class SendService:
                 msg = into_wheel(msg, a.due_ms)
             stored.append(msg)
         if admitted[0].logical_base is None:  # (a send is all of static topics, or none: admission's rule)
-            return await self.store.put_messages(stored)
+            results = await self.store.put_messages(stored)
+            self._count(admitted, messages, results)
+            return results
         writing = self.static.writing
         queues = [(msg.topic, msg.queue_id) for msg in stored]
         writing.update(queues)
@@ -98,4 +113,12 @@ class SendService:
             results = await self.store.put_messages(stored)
         finally:
             writing.subtract(queues)
+        self._count(admitted, messages, results)
         return [r._replace(queue_offset=r.queue_offset + (a.logical_base or 0)) for r, a in zip(results, admitted, strict=True)]
+
+    def _count(self, admitted: Sequence[Admitted], messages: Sequence[Outgoing], results: list[PutResult]) -> None:
+        """rocketmq_messages_in_total and its kin: the messages stored, by topic and RocketMQ's
+        message type (a send is of one topic and type: the admission's rule)."""
+        sizes = [len(out.body) for out, r in zip(messages, results, strict=True) if r.status in STORED]
+        if sizes:
+            self.traffic.messages_stored(admitted[0].topic, metrics_type(messages[0].message_type), sizes)

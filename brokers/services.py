@@ -17,6 +17,7 @@ from .config import BrokerConfig
 from .consuming import ConsumeService, OffsetCommitted
 from .meta import ConsumerMeta
 from .metalog import MetaLog
+from .metrics import Traffic
 from .sending import SendService, WriteGate
 from .static import Report, StaticQueues
 from .store.store import MessageStore
@@ -58,7 +59,9 @@ class BrokerServices:
         meta: ConsumerMeta,
         metalog: MetaLog,
         ports: ServicePorts,
+        traffic: Traffic,
     ):
+        self.traffic = traffic  # what the edges count as they serve (brokers/metrics.py)
         self.http = httpx.AsyncClient(
             base_url=config.controlPlaneUrl,
             timeout=CONTROL_PLANE_TIMEOUT_S,
@@ -77,8 +80,9 @@ class BrokerServices:
             self.static,
             topics_changed=ports.topics_changed,
             offset_committed=ports.offset_committed,
+            traffic=traffic,
         )
-        self.sending = SendService(config, store, topics, self.static, ports.gate, ports.acting)
+        self.sending = SendService(config, store, topics, self.static, ports.gate, ports.acting, traffic)
         self.transactions = Transactions(store, config.transactionTimeOut, config.transactionCheckMax)
 
     async def close(self) -> None:

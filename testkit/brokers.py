@@ -16,18 +16,25 @@ from .procs import Process, python
 
 @dataclass(frozen=True)
 class BrokerPorts:
-    """The three ports a broker listens on, reserved for this process (testkit.ports)."""
+    """The ports a broker listens on, reserved for this process (testkit.ports): its metrics' too, so
+    brokers on one machine do not all ask for RocketMQ's 5557."""
 
     listen: int
     ha: int
     grpc: int
+    metrics: int = 0  # 0: the broker picks a free one (reported as status.metricsAddr)
 
     @classmethod
     def reserve(cls) -> BrokerPorts:
-        return cls(free_port(), free_port(), free_port())
+        return cls(free_port(), free_port(), free_port(), free_port())
 
     def keys(self) -> dict[str, int]:
-        return {"listenPort": self.listen, "haListenPort": self.ha, "grpcServerPort": self.grpc}
+        return {
+            "listenPort": self.listen,
+            "haListenPort": self.ha,
+            "grpcServerPort": self.grpc,
+            "metricsPromExporterPort": self.metrics,
+        }
 
 
 def broker_keys(

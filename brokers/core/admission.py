@@ -64,6 +64,15 @@ class MessageType(IntEnum):
     PRIORITY = 6
 
 
+_METRICS_TYPES = {MessageType.FIFO: "fifo", MessageType.DELAY: "delay", MessageType.TRANSACTION: "transaction"}
+
+
+def metrics_type(message_type: int) -> str:
+    """The ``message_type`` label of rocketmq_messages_in_total (RocketMQ's TopicMessageType metrics
+    values): normal, fifo, delay or transaction."""
+    return _METRICS_TYPES.get(message_type, "normal")  # type: ignore[call-overload]
+
+
 # Per topic message type, the message types a sent message may carry (one set lookup per message).
 SEND_ACCEPTS = {t: frozenset(MessageType[a] for a in accepted_send_types(t)) for t in TopicMessageType}
 

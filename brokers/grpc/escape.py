@@ -24,6 +24,7 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 from ..core.escape import escape_target
 from ..core.timer import TIMER_DELIVER_MS
 from ..core.transaction import TRANSACTION_ID
+from ..metrics import Traffic
 from ..store.message import Message
 from .messages import client_message
 
@@ -45,7 +46,8 @@ def escaped_message(m: Message) -> pb.Message:
 
 
 class EscapeBridge:
-    def __init__(self, own_broker: str, http: httpx.AsyncClient):
+    def __init__(self, own_broker: str, http: httpx.AsyncClient, traffic: Traffic):
+        self.traffic = traffic  # rmqha_escaped_messages_total
         self.own_broker = own_broker
         self.http = http
         self._routes: dict[str, tuple[float, dict | None]] = {}
@@ -97,4 +99,6 @@ class EscapeBridge:
                 status = entries[n].status if n < len(entries) else response.status
                 if status.code != pb.Code.OK:
                     out[i] = f"{PUT_TO_REMOTE_BROKER_FAIL}: {target} {pb.Code.Name(status.code)} {status.message}"
+                else:
+                    self.traffic.escaped += 1
         return out

@@ -79,6 +79,7 @@ class SendingHandler:
         if admission.verdict is Verdict.TO_MASTER:
             answer = await self.to_master.forward("SendMessage", request, context, spb.SendMessageResponse, sending.forwards)
             if answer is not None:
+                sending.traffic.forwarded += len(messages)
                 return answer
             admission = sending.admit(messages, may_forward=False, waited=waited)  # elected while it waited: stored here
         verdict = admission.verdict
@@ -88,6 +89,7 @@ class SendingHandler:
             assert admission.status is not None
             return spb.SendMessageResponse(status=status_of(admission.status))
         if verdict is Verdict.TO_OWNER:
+            sending.traffic.forwarded += len(messages)
             return await self.hops.send_elsewhere(admission.owner, request, context)
         await self.static.decided(admission.topic, admission.logical_queue, DECIDE_WAIT_S)  # AWAIT_DECISION
         return await self.SendMessage(request, context, waited=True)

@@ -18,11 +18,13 @@ broker, static topics' hops to other sets, and the escape bridge (an acting mast
 from __future__ import annotations
 
 import logging
+import time
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from ..config import BrokerConfig
+from ..metrics import Traffic
 from ..services import BrokerServices
 from ..topics import TopicConfigManager
 from .consumer import ReceivingHandler
@@ -38,23 +40,57 @@ from .transactions import TransactionHandler
 log = logging.getLogger("brokers.grpc")
 
 
+def _timed(traffic: Traffic, name: str, method):
+    """A unary RPC, its latency counted as rocketmq_rpc_latency (protocol_type grpc, request_code the
+    RPC's name, response_code the answer's status code)."""
+
+    async def call(request, context):
+        started = time.perf_counter()
+        response = await method(request, context)
+        code = response.status.code if response is not None else -1
+        traffic.answered("grpc", name, str(code), (time.perf_counter() - started) * 1000)
+        return response
+
+    return call
+
+
+def _timed_stream(traffic: Traffic, name: str, method):
+    """A server-streaming RPC (ReceiveMessage: a long poll), timed from its call to its last answer."""
+
+    async def call(request, context):
+        started, code = time.perf_counter(), -1
+        async for response in method(request, context):
+            if response.HasField("status"):
+                code = response.status.code
+            yield response
+        traffic.answered("grpc", name, str(code), (time.perf_counter() - started) * 1000, long_polling=True)
+
+    return call
+
+
 class MessagingService(rpc.MessagingServiceServicer):
-    """The servicer: each RPC is bound to its area's handler at construction (a call costs no hop)."""
+    """The servicer: each RPC is bound to its area's handler at construction (a call costs no hop but
+    its latency's count; Telemetry, a stream that lasts the client's session, is not timed)."""
 
     def __init__(
-        self, routes: RouteHandler, sending: SendingHandler, receiving: ReceivingHandler, transactions: TransactionHandler
+        self,
+        routes: RouteHandler,
+        sending: SendingHandler,
+        receiving: ReceivingHandler,
+        transactions: TransactionHandler,
+        traffic: Traffic,
     ):
-        self.QueryRoute = routes.QueryRoute
-        self.QueryAssignment = routes.QueryAssignment
-        self.Heartbeat = routes.Heartbeat
+        self.QueryRoute = _timed(traffic, "QueryRoute", routes.QueryRoute)
+        self.QueryAssignment = _timed(traffic, "QueryAssignment", routes.QueryAssignment)
+        self.Heartbeat = _timed(traffic, "Heartbeat", routes.Heartbeat)
         self.Telemetry = routes.Telemetry
-        self.NotifyClientTermination = routes.NotifyClientTermination
-        self.SendMessage = sending.SendMessage
-        self.ReceiveMessage = receiving.ReceiveMessage
-        self.AckMessage = receiving.AckMessage
-        self.ChangeInvisibleDuration = receiving.ChangeInvisibleDuration
-        self.QueryOffset = receiving.QueryOffset
-        self.EndTransaction = transactions.EndTransaction
+        self.NotifyClientTermination = _timed(traffic, "NotifyClientTermination", routes.NotifyClientTermination)
+        self.SendMessage = _timed(traffic, "SendMessage", sending.SendMessage)
+        self.ReceiveMessage = _timed_stream(traffic, "ReceiveMessage", receiving.ReceiveMessage)
+        self.AckMessage = _timed(traffic, "AckMessage", receiving.AckMessage)
+        self.ChangeInvisibleDuration = _timed(traffic, "ChangeInvisibleDuration", receiving.ChangeInvisibleDuration)
+        self.QueryOffset = _timed(traffic, "QueryOffset", receiving.QueryOffset)
+        self.EndTransaction = _timed(traffic, "EndTransaction", transactions.EndTransaction)
 
 
 class GrpcEndpoint:
@@ -65,7 +101,7 @@ class GrpcEndpoint:
         self.config = config
         http, static, consuming, sending = services.http, services.static, services.consuming, services.sending
         self.producers = ProducerStreams()
-        self.escape = EscapeBridge(config.brokerName, http)  # an acting master's way out (RIP-32)
+        self.escape = EscapeBridge(config.brokerName, http, services.traffic)  # an acting master's way out (RIP-32)
         self.forwarder = Forwarder(config.brokerName, config.grpc_addr, http)  # to this set's serving broker
         self.hops = StaticHops(config.grpc_addr, http, static, consuming)
         self.servicer = MessagingService(
@@ -73,6 +109,7 @@ class GrpcEndpoint:
             SendingHandler(sending, self.forwarder, self.hops, static),
             ReceivingHandler(config, consuming, topics, static, self.hops, self.forwarder),
             TransactionHandler(services.transactions, self.forwarder, sending.forwards),
+            services.traffic,
         )
 
     def master_changed(self) -> None:

@@ -153,10 +153,12 @@ class ConsumerHandler:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + suspend_s
         while True:
-            code, next_offset, body = await self._read(topic, queue_id, offset, count, codes)
+            code, next_offset, body, taken = await self._read(topic, queue_id, offset, count, codes)
             if code != ResponseCode.PULL_NOT_FOUND or (left := deadline - loop.time()) <= 0:
                 break
             await self._until_beyond(topic, queue_id, offset, left)
+        if taken:
+            self.consuming.traffic.messages_handed_out(topic, group, taken, len(body))
         header = {
             "suggestWhichBrokerId": MASTER_ID,
             "nextBeginOffset": next_offset,
@@ -196,22 +198,22 @@ class ConsumerHandler:
 
     async def _read(
         self, topic: str, queue_id: int, offset: int, count: int, codes: frozenset[int] | None
-    ) -> tuple[int, int, bytes]:
-        """(code, next begin offset, body) of one look at the queue."""
+    ) -> tuple[int, int, bytes, int]:
+        """(code, next begin offset, body, messages in it) of one look at the queue."""
         end = self.store.max_queue_offset(topic, queue_id)
         if end == 0:
-            return (ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED), 0, b""
+            return (ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED), 0, b"", 0
         if offset < 0:
-            return ResponseCode.PULL_OFFSET_MOVED, 0, b""
+            return ResponseCode.PULL_OFFSET_MOVED, 0, b"", 0
         if offset == end:
-            return ResponseCode.PULL_NOT_FOUND, offset, b""
+            return ResponseCode.PULL_NOT_FOUND, offset, b"", 0
         if offset > end:
-            return ResponseCode.PULL_OFFSET_MOVED, end, b""
+            return ResponseCode.PULL_OFFSET_MOVED, end, b"", 0
         if offset < (low := self.store.min_queue_offset(topic, queue_id)):
-            return ResponseCode.PULL_OFFSET_MOVED, low, b""
+            return ResponseCode.PULL_OFFSET_MOVED, low, b"", 0
         entries = await self.store.read_queue(topic, queue_id, offset, count)
         if not entries:  # holes only
-            return ResponseCode.PULL_RETRY_IMMEDIATELY, min(offset + count, end), b""
+            return ResponseCode.PULL_RETRY_IMMEDIATELY, min(offset + count, end), b"", 0
         taken: list[bytes] = []
         size, next_offset = 0, offset
         for queue_offset, tags, raw in entries:
@@ -222,8 +224,8 @@ class ConsumerHandler:
                 taken.append(raw)
                 size += len(raw)
         if not taken:
-            return ResponseCode.PULL_RETRY_IMMEDIATELY, next_offset, b""
-        return ResponseCode.SUCCESS, next_offset, b"".join(taken)
+            return ResponseCode.PULL_RETRY_IMMEDIATELY, next_offset, b"", 0
+        return ResponseCode.SUCCESS, next_offset, b"".join(taken), len(taken)
 
     async def _until_beyond(self, topic: str, queue_id: int, offset: int, timeout: float) -> None:
         loop = asyncio.get_running_loop()

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from mqrules.remoting.codes import ResponseCode
@@ -85,6 +86,7 @@ class Connection:
 
 Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
 Closed = Callable[[Connection], None]
+Answered = Callable[[RemotingCommand, "RemotingCommand | None", float], None]  # (request, reply, milliseconds)
 
 
 class RemotingServer:
@@ -98,8 +100,11 @@ class RemotingServer:
         *,
         max_frame_length: int = MAX_FRAME_LENGTH,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
+        answered: Answered | None = None,
     ):
+        """``answered``: told of every request answered, with the time it took (the metrics' rpc latency)."""
         self.host, self.port = host, port
+        self.answered = answered
         self.max_frame_length = max_frame_length
         self.idle_timeout_s = idle_timeout_s
         self._handlers: dict[int, Handler] = {}
@@ -201,7 +206,10 @@ class RemotingServer:
                 await asyncio.wait(requests, return_when=asyncio.FIRST_COMPLETED)
 
     async def _answer(self, request: RemotingCommand, connection: Connection) -> None:
+        started = time.perf_counter()
         reply = await self.reply(request, connection)
+        if self.answered is not None:
+            self.answered(request, reply, (time.perf_counter() - started) * 1000)
         if reply is not None and not request.is_oneway:
             await connection.send(reply)
 

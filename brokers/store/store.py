@@ -117,6 +117,7 @@ class MessageStore:
         self.recovery: RecoveryReport | None = None
         # Counters for operators and tests: group commit shows as batches << messages.
         self.stats = {"messages": 0, "batches": 0, "fsyncs": 0, "flushes": 0}  # fsyncs: SYNC_FLUSH; flushes: ASYNC
+        self.flushed_offset = 0  # the log is on disk up to here (rocketmq_storage_flush_behind_bytes)
         # Role-dependent behaviour, changed by role changes (set_follow_max, the HA service's replicas).
         self.follow_max = follow_max  # the confirm offset follows the max offset (a master, §2.6)
         self.replicas: ReplicaGate | None = None
@@ -226,6 +227,7 @@ class MessageStore:
     async def start(self) -> RecoveryReport:
         loop = asyncio.get_running_loop()
         report = await loop.run_in_executor(self._io, self.recover)
+        self.flushed_offset = self.max_offset  # what recovery read back is on disk
         self._queue = asyncio.Queue(self.config.max_pending)
         self._write_slots = asyncio.Semaphore(WRITE_JOBS_IN_FLIGHT)
         self._acks = asyncio.Queue()
@@ -475,6 +477,7 @@ class MessageStore:
         if sync:
             self.commit_log.flush()  # one fsync acknowledges the whole batch (group commit)
             self.stats["fsyncs"] += 1
+            self.flushed_offset = self.commit_log.written_offset
         self._write_entries(entries)
 
     async def _flusher(self) -> None:
@@ -500,7 +503,7 @@ class MessageStore:
                 continue
             await loop.run_in_executor(self._flushes, self._flush_all)
             self.stats["flushes"] += 1
-            flushed = end
+            flushed = self.flushed_offset = end
             if thorough:
                 thorough_at = now
 
@@ -585,6 +588,7 @@ class MessageStore:
         self.commit_log.write(writes)
         if flush:
             self.commit_log.flush()
+            self.flushed_offset = self.commit_log.written_offset
         self._write_entries(released)
 
     def _reput(self, data: bytes) -> None:
@@ -773,6 +777,19 @@ class MessageStore:
             self.commit_log.read_message(phys, size) for _, phys, size, _ in cq.entries(queue_offset, max_count) if size > 0
         ]  # size 0: a hole
 
+    async def store_timestamps(self, wanted: list[tuple[str, int, int]]) -> list[int | None]:
+        """When the message at each (topic, queueId, queue offset) was stored (None: none there), read
+        in one job (the metrics' oldest unconsumed messages)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._io, self._store_timestamps, wanted)
+
+    def _store_timestamps(self, wanted: list[tuple[str, int, int]]) -> list[int | None]:
+        out: list[int | None] = []
+        for topic, queue_id, queue_offset in wanted:
+            msgs = self._get(topic, queue_id, queue_offset, 1)
+            out.append(msgs[0].store_timestamp if msgs else None)
+        return out
+
     async def read_queue(self, topic: str, queue_id: int, queue_offset: int, max_count: int) -> list[tuple[int, int, bytes]]:
         """The records of the queue from ``queue_offset`` as stored (what a remoting pull answers):
         (queue offset, tags hash, record bytes) each, holes left out, at most ``max_count`` entries read."""
@@ -814,6 +831,11 @@ class MessageStore:
         that never had one)."""
         cq = self.consume_queues.queues.get((topic, queue_id))
         return min(cq.min_offset, cq.count) if cq else 0
+
+    def queue_range(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min_queue_offset, max_queue_offset) in one lookup (the metrics read every queue's)."""
+        cq = self.consume_queues.queues.get((topic, queue_id))
+        return (min(cq.min_offset, cq.count), cq.count) if cq else (0, 0)
 
     def max_queue_offset(self, topic: str, queue_id: int) -> int:
         """The next queue offset consumers can read (published entries)."""
