@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
@@ -35,7 +37,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from mqrules.remoting.codes import RequestCode
+from mqrules.remoting.codes import RequestCode, ResponseCode
 
 from .config import BrokerConfig
 from .core.lag import is_retry_topic, is_system, queue_backlog
@@ -157,20 +159,29 @@ class Traffic:
         histogram.total += ms
 
     def remoting_answered(self, request, reply, ms: float) -> None:
-        """A remoting request answered (RemotingServer's ``answered``): a pull that may wait for
-        messages (PullSysFlag's suspend bit) counts as long polling, as RocketMQ labels a suspended one."""
+        """A remoting request answered (RemotingServer's ``answered``), labelled as RocketMQ's
+        NettyRemotingAbstract does: codes by their lower-case names (RemotingHelper), a pull that may
+        wait for messages (PullSysFlag's suspend bit) as long polling."""
         try:
             long_polling = request.code == RequestCode.PULL_MESSAGE and bool(
                 int(request.ext_fields.get("sysFlag") or 0) & PULL_SUSPEND
             )
         except (TypeError, ValueError, AttributeError):
             long_polling = False
+        code = _code_name(RequestCode, request.code)
         if request.is_oneway:
-            self.answered("remoting", str(request.code), "", ms, long_polling=long_polling, result="oneway")
+            self.answered("remoting", code, "", ms, long_polling=long_polling, result="oneway")
         else:
-            self.answered(
-                "remoting", str(request.code), str(reply.code) if reply is not None else "", ms, long_polling=long_polling
-            )
+            response = _code_name(ResponseCode, reply.code) if reply is not None else ""
+            self.answered("remoting", code, response, ms, long_polling=long_polling)
+
+
+@functools.cache
+def _code_name(codes: type[IntEnum], code: int) -> str:
+    try:
+        return codes(code).name.lower()
+    except ValueError:
+        return str(code)
 
 
 # --- what the collector reads ---------------------------------------------------------------------

@@ -50,9 +50,9 @@ def uvicorn_server(**env_extra: str) -> Iterator[str]:
 
 
 @contextmanager
-def celery_worker_and_beat() -> Iterator[tuple[Process, Process]]:
+def celery_worker_and_beat(**env_extra: str) -> Iterator[tuple[Process, Process]]:
     """A real Celery worker and a real Celery beat running the project's schedule."""
-    cp = ControlPlane(child_env(), ARTIFACTS, tag=f"-{os.getpid()}-{time.time_ns()}")
+    cp = ControlPlane(child_env(**env_extra), ARTIFACTS, tag=f"-{os.getpid()}-{time.time_ns()}")
     try:
         cp.start_celery()
         yield cp.worker, cp.beat

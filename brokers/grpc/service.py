@@ -17,10 +17,13 @@ broker, static topics' hops to other sets, and the escape bridge (an acting mast
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import time
 
 import grpc
+from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from ..config import BrokerConfig
@@ -40,15 +43,30 @@ from .transactions import TransactionHandler
 log = logging.getLogger("brokers.grpc")
 
 
+@functools.cache
+def _status_name(code: int) -> str:
+    """A status code as the rpc latency's response_code: its lower-case name (``ok``), as remoting's."""
+    try:
+        return pb.Code.Name(code).lower()
+    except ValueError:
+        return str(code)
+
+
+def _snake(rpc_name: str) -> str:
+    """``SendMessage`` -> ``send_message``: the request_code label, in the remoting codes' style."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", rpc_name).lower()
+
+
 def _timed(traffic: Traffic, name: str, method):
     """A unary RPC, its latency counted as rocketmq_rpc_latency (protocol_type grpc, request_code the
     RPC's name, response_code the answer's status code)."""
+    code_label = _snake(name)
 
     async def call(request, context):
         started = time.perf_counter()
         response = await method(request, context)
-        code = response.status.code if response is not None else -1
-        traffic.answered("grpc", name, str(code), (time.perf_counter() - started) * 1000)
+        status = _status_name(response.status.code) if response is not None else ""
+        traffic.answered("grpc", code_label, status, (time.perf_counter() - started) * 1000)
         return response
 
     return call
@@ -57,13 +75,15 @@ def _timed(traffic: Traffic, name: str, method):
 def _timed_stream(traffic: Traffic, name: str, method):
     """A server-streaming RPC (ReceiveMessage: a long poll), timed from its call to its last answer."""
 
+    code_label = _snake(name)
+
     async def call(request, context):
-        started, code = time.perf_counter(), -1
+        started, status = time.perf_counter(), ""
         async for response in method(request, context):
             if response.HasField("status"):
-                code = response.status.code
+                status = _status_name(response.status.code)
             yield response
-        traffic.answered("grpc", name, str(code), (time.perf_counter() - started) * 1000, long_polling=True)
+        traffic.answered("grpc", code_label, status, (time.perf_counter() - started) * 1000, long_polling=True)
 
     return call
 
