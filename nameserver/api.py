@@ -20,7 +20,7 @@ from controlplane.auth import Caller
 from controlplane.errors import ApiError, ResponseCode
 from mqrules import validation as v
 
-from . import liveness, route_cache, selectors, services, water_levels, wire
+from . import liveness, metrics, route_cache, selectors, services, water_levels, wire
 from .core.registry import RegisterOutcome
 from .core.water_levels import parse_water_levels
 from .serializers import HeartbeatSerializer, MemberGroupQuerySerializer, RegisterBrokerSerializer, UnregisterSerializer
@@ -126,6 +126,7 @@ def heartbeat(data: dict, caller: Caller) -> dict:
     d = _valid(HeartbeatSerializer, data).validated_data
     beat = _beat(d["clusterName"], d["brokerAddr"], d.get("brokerName"), d.get("waterLevels"))
     caller.check(clusters=[beat.cluster_name], broker_sets=beat.broker_names)
+    metrics.HEARTBEATS.inc()
     registered = services.record_heartbeat(beat.cluster_name, beat.broker_addr)
     if beat.report is not None:
         store_water_levels([beat.report])

@@ -15,7 +15,7 @@ from controlplane import ws
 from controlplane.errors import ApiError
 from mqrules import validation as v
 
-from . import api, broker_status, liveness, services, static_topics
+from . import api, broker_status, liveness, metrics, services, static_topics
 from .core.broker_status import parse_report
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,7 @@ async def heartbeat(connection: ws.BrokerConsumer, payload: dict) -> dict:
     beat = api.heartbeat_of(payload)
     # api.heartbeat's binding check, with the socket's memory: a beat a second costs no Postgres read.
     await connection.check_binding(clusters=[beat.cluster_name], broker_sets=beat.broker_names, remember=True)
+    metrics.HEARTBEATS.inc()
     bound = connection.bound(BOUND)
     first = beat.member not in bound
     beating = ws.coalescer("nameserver", liveness.heartbeat_async).submit((beat.member, connection.channel_name if first else ""))

@@ -14,7 +14,7 @@ from controlplane.auth import Caller
 from controlplane.errors import ApiError
 from mqrules.codes import ResponseCode as C
 
-from . import liveness, selectors, services
+from . import liveness, metrics, selectors, services
 from .core.state import SyncState, Trigger
 from .serializers import (
     AlterSerializer,
@@ -117,6 +117,7 @@ def heartbeat_beat(data: dict) -> liveness.Beat:
 def heartbeat(data: dict, caller: Caller) -> dict:
     beat = heartbeat_beat(data)
     caller.check(clusters=[beat.cluster_name], broker_sets=[beat.broker_name])
+    metrics.HEARTBEATS.inc()
     services.heartbeat(beat)
     return {"code": 0, "name": "SUCCESS"}
 

@@ -12,7 +12,7 @@ from channels.db import database_sync_to_async
 from controlplane import audit, ws
 from controlplane.celery import app as celery_app
 
-from . import api, liveness
+from . import api, liveness, metrics
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,7 @@ async def heartbeat(connection: ws.BrokerConsumer, payload: dict) -> dict:
     beat = api.heartbeat_beat(payload)
     # api.heartbeat's binding check, with the socket's memory: a beat a second costs no Postgres read.
     await connection.check_binding(clusters=[beat.cluster_name], broker_sets=[beat.broker_name], remember=True)
+    metrics.HEARTBEATS.inc()
     # Bound on every beat, not only the first: an expired heartbeat drops the binding (forget), and
     # a broker whose socket stayed open must get role pushes and a socket-close election again.
     await ws.coalescer("controller", ws.without_results(liveness.heartbeat_async)).submit((beat, connection.channel_name))

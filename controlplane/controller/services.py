@@ -20,7 +20,7 @@ from controlplane.models import Isolation
 from controlplane.push import send_frames
 from mqrules.codes import ResponseCode as C
 
-from . import liveness, selectors
+from . import liveness, metrics, selectors
 from .config_store import current_config
 from .core import rules
 from .core.preview import isolated_as_dead
@@ -266,26 +266,29 @@ def elect_master(
     request = rules.ElectRequest(broker_name, broker_id, designate, trigger)
     enable_unclean = current_config().enable_elect_unclean_master
     early = _early_view(broker_name, now_ms)
+    started = time.perf_counter()
     with transaction.atomic():
         locked = _locked(broker_name)
         gid, state, live = locked.gid, locked.state, locked.live(early, now_ms)
         decision = rules.elect_master(state, live, request, enable_unclean=enable_unclean)
-        if decision.new_state is None:
-            return Outcome(decision.code, state, decision.detail)
-        _write_transition(
-            gid,
-            TransitionKind.ELECT,
-            trigger,
-            state,
-            decision.new_state,
-            decision,
-            requested_by=requested_by,
-            requested_broker_id=broker_id,
-            live=live,
-        )
-        if decision.code == C.SUCCESS:
-            transaction.on_commit(partial(notify_role_changed, decision.new_state, live), robust=True)
-            transaction.on_commit(partial(announce_group_changed, broker_name), robust=True)
+        if decision.new_state is not None:
+            _write_transition(
+                gid,
+                TransitionKind.ELECT,
+                trigger,
+                state,
+                decision.new_state,
+                decision,
+                requested_by=requested_by,
+                requested_broker_id=broker_id,
+                live=live,
+            )
+            if decision.code == C.SUCCESS:
+                transaction.on_commit(partial(notify_role_changed, decision.new_state, live), robust=True)
+                transaction.on_commit(partial(announce_group_changed, broker_name), robust=True)
+    metrics.election_observed(trigger, decision.code, time.perf_counter() - started)  # in memory: no I/O
+    if decision.new_state is None:
+        return Outcome(decision.code, state, decision.detail)
     log.info(
         "elect %s by %s: code %s, master %s, epoch %s",
         broker_name,
