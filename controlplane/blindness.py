@@ -134,3 +134,9 @@ def warm(record_since: int | None, now: int, blind: Sequence[Span], timeout: int
 def blind_now(blind: Sequence[Span], now: int) -> bool:
     """Whether ``now`` falls in a blind span (what the dashboard and the logs say)."""
     return any(s.start < now <= s.end for s in blind)
+
+
+def blind_for(blind: Sequence[Span], now: int) -> int:
+    """How long (ms) the control plane has been blind at ``now``: since the start of the blind span
+    ``now`` falls in, 0 when it hears (the metrics' rmqha_controlplane_blind_seconds)."""
+    return max((now - s.start for s in blind if s.start < now <= s.end), default=0)

@@ -104,6 +104,10 @@ class View:
     def blind_now(self) -> bool:
         return blindness.blind_now(self.blind, self.now)
 
+    @property
+    def blind_for_millis(self) -> int:
+        return blindness.blind_for(self.blind, self.now)
+
 
 @dataclass(frozen=True)
 class _Reading:

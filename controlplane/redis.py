@@ -82,11 +82,35 @@ return 0
 MAX_SLOT_MILLIS = 2**47
 
 
-def acquire_slot(slot_key: str, interval_millis: int) -> bool:
+# KEYS: the slot, the stamp. ARGV: the slot's lifetime (ms). Takes the slot unless held; when taken,
+# stamps the instant (Redis's clock, ms) in the stamp key, which outlives the slot.
+_TAKE_STAMPED_SLOT = (
+    LUA_NOW_MS
+    + """
+if redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[1]) then
+  redis.call('SET', KEYS[2], now)
+  return 1
+end
+return 0
+"""
+)
+
+
+def acquire_slot(slot_key: str, interval_millis: int, *, stamp_key: str | None = None) -> bool:
     """Take a periodic job's slot for ``interval_millis`` (less 50 ms of slack) unless another process
-    holds it: at most one run per interval across every beat and worker."""
+    holds it: at most one run per interval across every beat and worker. ``stamp_key``: where to keep
+    the instant of the latest run (``slot_stamps``), for the metrics; one round trip either way."""
     px = min(MAX_SLOT_MILLIS, max(1, interval_millis - 50))
-    return bool(sync_client().set(slot_key, "1", nx=True, px=px))
+    if stamp_key is None:
+        return bool(sync_client().set(slot_key, "1", nx=True, px=px))
+    return bool(sync_client().eval(_TAKE_STAMPED_SLOT, 2, slot_key, stamp_key, px))
+
+
+def slot_stamps(stamp_keys: list[str]) -> list[int | None]:
+    """When each job last took its slot (Redis's clock, ms), None for one never stamped."""
+    if not stamp_keys:
+        return []
+    return [int(v) if v is not None else None for v in sync_client().mget(stamp_keys)]
 
 
 class Script:

@@ -5,12 +5,16 @@ per-queue min / max offsets of a topic (``topicStatus``).
 
 Per broker three strings, ``ns:bs:<cluster>/<addr>:head`` (status, config, dynamic keys: small, read by
 the broker pages), ``...:data`` (queues and offsets: read for progress) and ``...:mode`` (its
-metaMode alone: every set's is read for the overview, whose thousand sets would otherwise read every
-broker's config), and one index
+metaMode and the few config keys read for every set at once, ``SUMMARY_CONFIG_KEYS``: the overview and
+the metrics, whose thousand sets would otherwise read every broker's config), and one index
 ``ns:bs-index`` of members scored by report time. Stamps are Redis's clock, as liveness's are. A
 report lives ``TTL_MILLIS`` after its last refresh: long enough that a dead master's last offsets
 are still shown (as stale) while its set has no master, short enough that a broker gone for good
 leaves the pages on its own.
+
+Beside them, hash ``ns:metrics-targets`` keeps each broker's last reported ``status.metricsAddr``
+(member -> {metricsAddr, brokerName, brokerId}) beyond the report's lifetime: Prometheus keeps
+scraping a dead broker's exporter, so that ``up`` shows it down (``metrics_targets``).
 """
 
 from __future__ import annotations
@@ -25,8 +29,12 @@ from .core import broker_status as core
 from .core.acting import ReportedMode
 
 TTL_MILLIS = 600_000
+# The config keys the small ``:mode`` record keeps: the report interval (is_stale) and the master's
+# quorum keys (the headroom, controlplane/operations/headroom.py).
+SUMMARY_CONFIG_KEYS = frozenset({"brokerStatusReportInterval", "inSyncReplicas", "minInSyncReplicas", "allAckInSyncStateSet"})
 
-# KEYS: head, data, index, mode. ARGV: ttl ms, member, head JSON, data JSON, mode JSON.
+# KEYS: head, data, index, mode, metrics targets. ARGV: ttl ms, member, head JSON, data JSON, mode JSON,
+# metrics target JSON ('' when the report says nothing of it, '-' when it has none: metricsAddr null).
 _STORE = (
     LUA_NOW_MS
     + """
@@ -36,6 +44,11 @@ redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
 redis.call('SET', KEYS[4], ARGV[5], 'PX', ttl)
 redis.call('ZADD', KEYS[3], now, ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - ttl))
+if ARGV[6] == '-' then
+  redis.call('HDEL', KEYS[5], ARGV[2])
+elseif ARGV[6] ~= '' then
+  redis.call('HSET', KEYS[5], ARGV[2], ARGV[6])
+end
 return now
 """
 )
@@ -71,29 +84,46 @@ def _record_prefix() -> str:
     return key("ns", "bs", "")
 
 
+def _targets_key() -> str:
+    return key("ns", "metrics-targets")
+
+
+def _target(report: dict) -> str:
+    """The store script's ARGV[6] for a report (see _STORE)."""
+    status = report["status"]
+    if "metricsAddr" not in status:
+        return ""
+    if status["metricsAddr"] is None:
+        return "-"
+    target = {"metricsAddr": status["metricsAddr"], "brokerName": report["brokerName"], "brokerId": report["brokerId"]}
+    return json.dumps(target, separators=(",", ":"))
+
+
 def _store_args(report: dict) -> list:
     member = liveness.member(report["clusterName"], report["brokerAddr"])
     head = {k: report[k] for k in ("clusterName", "brokerName", "brokerId", "brokerAddr", "status", "config", "dynamicKeys")}
     data = {"queues": report["queues"], "offsets": report["offsets"]}
-    # What is_stale needs, and the mode: the report interval is the one config key kept.
-    interval = {k: v for k, v in report["config"].items() if k == "brokerStatusReportInterval"}
+    # What is_stale needs, the mode and the quorum keys.
+    summary_config = {k: v for k, v in report["config"].items() if k in SUMMARY_CONFIG_KEYS}
     mode = {
         **{k: report[k] for k in ("clusterName", "brokerName", "brokerId", "brokerAddr")},
         "status": {"metaMode": report["status"].get("metaMode")},
-        "config": interval,
+        "config": summary_config,
     }
     prefix = _record_prefix() + member
     return [
-        4,
+        5,
         prefix + ":head",
         prefix + ":data",
         _index_key(),
         prefix + ":mode",
+        _targets_key(),
         TTL_MILLIS,
         member,
         json.dumps(head, separators=(",", ":")),
         json.dumps(data, separators=(",", ":")),
         json.dumps(mode, separators=(",", ":")),
+        _target(report),
     ]
 
 
@@ -110,6 +140,22 @@ def _read(suffix: str) -> tuple[int, list[tuple[str, dict, int]]]:
     reply = sync_client().eval(_READ, 1, _index_key(), TTL_MILLIS, _record_prefix(), suffix)
     now = int(reply[0])
     return now, [(reply[i], json.loads(reply[i + 1]), int(float(reply[i + 2]))) for i in range(1, len(reply), 3)]
+
+
+def metrics_targets() -> dict[tuple[str, str], dict]:
+    """(clusterName, brokerAddr) -> {metricsAddr, brokerName, brokerId}: the last metrics address each
+    broker reported, dead brokers' included, until ``forget_metrics_targets``."""
+    out = {}
+    for member, body in sync_client().hgetall(_targets_key()).items():
+        cluster, addr = liveness.split_member(member)
+        out[(cluster, addr)] = json.loads(body)
+    return out
+
+
+def forget_metrics_targets(brokers: Collection[tuple[str, str]]) -> None:
+    """Drop the metrics targets of (clusterName, brokerAddr) brokers (gone from the control plane)."""
+    if brokers:
+        sync_client().hdel(_targets_key(), *[liveness.member(c, a) for c, a in brokers])
 
 
 def _alive(members: list[str]) -> set[str]:
@@ -148,6 +194,30 @@ def reports(broker_name: str | None = None, broker_id: int | None = None, cluste
         for m, h, at in chosen
     ]
     return sorted(out, key=lambda r: (r["brokerName"], r["brokerId"], r["brokerAddr"]))
+
+
+def summaries(brokers: Collection[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+    """(clusterName, brokerAddr) -> that broker's small record (identity, ``status.metaMode``, the
+    ``SUMMARY_CONFIG_KEYS`` of its config) with ``stale`` and ``reportedAtMs`` as ``reports`` gives
+    them, for those of ``brokers`` that reported: one Redis round trip for any number of brokers,
+    reading theirs only (e.g. the masters of a thousand sets)."""
+    if not brokers:
+        return {}
+    wanted = list(brokers)
+    members = [liveness.member(c, a) for c, a in wanted]
+    prefix = _record_prefix()
+    pipe = sync_client().pipeline(transaction=False)
+    pipe.time()
+    pipe.mget([prefix + m + ":mode" for m in members])
+    pipe.zmscore(_index_key(), members)
+    (seconds, micros), bodies, stamps = pipe.execute()
+    now = int(seconds) * 1000 + int(micros) // 1000
+    out = {}
+    for broker, body, at in zip(wanted, bodies, stamps, strict=True):
+        if body is not None and at is not None:
+            r = json.loads(body)
+            out[broker] = {**r, "stale": core.is_stale(r, int(at), now), "reportedAtMs": int(at)}
+    return out
 
 
 def reported_modes(broker_names: Collection[str] | None = None) -> dict[tuple[str, str], list[ReportedMode]]:

@@ -176,8 +176,14 @@ def last_heartbeats(members: Sequence[str]) -> dict[str, tuple[int, int] | None]
 
 
 def acquire_scan_slot(interval_millis: int) -> bool:
-    """At most one inactive-broker scan per interval across every beat and worker."""
-    return redis_slot(key("ns", "scan-slot"), interval_millis)
+    """At most one inactive-broker scan per interval across every beat and worker; the instant of
+    the latest is kept (``scan_stamp_key``)."""
+    return redis_slot(key("ns", "scan-slot"), interval_millis, stamp_key=scan_stamp_key())
+
+
+def scan_stamp_key() -> str:
+    """Where the latest inactive-broker scan's start is kept (``controlplane.redis.slot_stamps``)."""
+    return key("ns", "scan-last")
 
 
 async def bind_connection(value: str, channel_name: str) -> None:

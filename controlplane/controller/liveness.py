@@ -53,7 +53,9 @@ return now
 )
 
 # KEYS: the hearing record's (Record.keys_and_args). ARGV: clock, stale ms, hash key prefix, members.
-# Returns {now, 1 or 0, [the hearing: READ_FIELDS - 1 values, when 1], fields of member 1, ...}.
+# Returns {now, 1 or 0, [the hearing: READ_FIELDS - 1 values, when 1], fields of member 1, ...}, each
+# member's fields as one string "addr|epoch|maxOffset|confirmOffset|priority|timeout|last" ('' for a
+# member the table does not hold): a thousand sets' 3,000 replicas are 3,000 strings to parse, not 21,000.
 # The hearing only ever keeps a broker alive that is past its timeout (blind time is not counted), so
 # it is read only when a member is: an election among live replicas reads none of it (issue 34: the
 # guard must cost the election path nothing), and one that judges a silent master reads it in the
@@ -65,7 +67,12 @@ local fields, silent = {}, false
 for i = 4, #ARGV do
   local f = redis.call('HMGET', ARGV[3] .. ARGV[i], 'addr', 'epoch', 'maxOffset', 'confirmOffset',
                        'priority', 'timeout', 'last')
-  fields[#fields + 1] = f
+  if f[7] then
+    for k = 1, 7 do f[k] = f[k] or '' end
+    fields[#fields + 1] = table.concat(f, '|')
+  else
+    fields[#fields + 1] = ''
+  end
   if f[7] and now - tonumber(f[7]) > tonumber(f[6]) then silent = true end
 end
 local out = {now, 0}
@@ -182,11 +189,12 @@ def live_infos_many(sets: Sequence[tuple[str, str, Iterable[int]]], now_ms: int 
     return out
 
 
-def _live_info(broker_id: int, fields, now: int, hearing: View | None) -> LiveInfo:
-    """``hearing``: None when no member read with this one was past its timeout (it is not read then)."""
-    addr, epoch, max_offset, confirm, priority, timeout, last = fields
-    if last is None:
+def _live_info(broker_id: int, fields: str, now: int, hearing: View | None) -> LiveInfo:
+    """``fields``: the member's as ``_READ`` joins them; ``hearing``: None when no member read with this
+    one was past its timeout (it is not read then)."""
+    if not fields:
         return LiveInfo(broker_id, alive=False)
+    addr, epoch, max_offset, confirm, priority, timeout, last = fields.split("|")
     within = now - int(last) <= int(timeout)
     return LiveInfo(
         broker_id,
@@ -238,8 +246,14 @@ def hearing(now_ms: int | None = None, *, look: bool = False) -> View:
 
 
 def acquire_slot(name: str, interval_millis: int) -> bool:
-    """At most one run of a periodic scan per interval across every beat and worker."""
-    return redis_slot(key("ctl", "slot", name), interval_millis)
+    """At most one run of a periodic scan per interval across every beat and worker; the instant of
+    the latest is kept (``slot_stamp_key``)."""
+    return redis_slot(key("ctl", "slot", name), interval_millis, stamp_key=slot_stamp_key(name))
+
+
+def slot_stamp_key(name: str) -> str:
+    """Where the latest run of periodic scan ``name`` started (``controlplane.redis.slot_stamps``)."""
+    return key("ctl", "slot-last", name)
 
 
 def connections(members: Sequence[str]) -> dict[str, str]:

@@ -58,12 +58,47 @@ def replica_info(broker_name: str) -> SyncState | None:
         return state_of(row) if row else None
 
 
+_GROUP_FIELDS = (
+    "id",
+    "cluster_name",
+    "broker_name",
+    "master_broker_id",
+    "master_epoch",
+    "sync_state_set_epoch",
+    "next_assign_broker_id",
+)
+_REPLICA_FIELDS = ("group_id", "broker_id", "broker_address", "register_check_code", "in_sync_state_set")
+
+
 def states(broker_names: list[str] | None = None) -> list[SyncState]:
-    rows = ReplicaGroup.objects.prefetch_related("replicas").order_by("broker_name")
+    """The state of every set (of the named ones), by brokerName: two queries of plain rows in one
+    snapshot (model instances made the thousand sets of the scans and the metrics cost 10x more)."""
+    groups = ReplicaGroup.objects.order_by("broker_name")
+    replicas = Replica.objects.order_by("group_id", "broker_id")
     if broker_names is not None:
-        rows = rows.filter(broker_name__in=broker_names)
+        groups = groups.filter(broker_name__in=broker_names)
+        replicas = replicas.filter(group__broker_name__in=broker_names)
     with one_snapshot():
-        return [state_of(r, list(r.replicas.all())) for r in rows]
+        group_rows = list(groups.values_list(*_GROUP_FIELDS))
+        by_group: dict[int, list[tuple]] = {}
+        for r in replicas.values_list(*_REPLICA_FIELDS):
+            by_group.setdefault(r[0], []).append(r)
+    out = []
+    for gid, cluster, name, master, master_epoch, ss_epoch, next_id in group_rows:
+        members = by_group.get(gid, [])
+        out.append(
+            SyncState(
+                cluster_name=cluster,
+                broker_name=name,
+                master_broker_id=master,
+                master_epoch=master_epoch,
+                sync_state_set_epoch=ss_epoch,
+                sync_state_set=frozenset(r[1] for r in members if r[4]),
+                replicas=tuple(ReplicaValue(r[1], r[2], r[3]) for r in members),
+                next_assign_broker_id=next_id,
+            )
+        )
+    return out
 
 
 def history(broker_name: str | None = None, limit: int = 200, *, cluster_name: str | None = None):
@@ -81,10 +116,18 @@ def broker_set_clusters(broker_names: list[str]) -> list[tuple[str, str]]:
     return list(ReplicaGroup.objects.filter(broker_name__in=broker_names).values_list("broker_name", "cluster_name"))
 
 
-def isolated_ids(state: SyncState) -> frozenset[int]:
-    """The replicas of a set that an operator isolated (the ground ``Isolation`` table, by address)."""
-    addrs = {addr for _, addr in isolated_addrs(state.cluster_name)}
-    return frozenset(r.broker_id for r in state.replicas if r.broker_address in addrs) if addrs else frozenset()
+def replica_addrs() -> set[tuple[str, str]]:
+    """(clusterName, brokerAddress) of every replica the controller knows."""
+    return set(Replica.objects.values_list("group__cluster_name", "broker_address"))
+
+
+def isolated_ids(state: SyncState, isolated: set[tuple[str, str]] | None = None) -> frozenset[int]:
+    """The replicas of a set that an operator isolated (the ground ``Isolation`` table, by address).
+    ``isolated``: every (cluster, address) isolated, when the caller already read them (``isolated_addrs()``)."""
+    pairs = isolated_addrs(state.cluster_name) if isolated is None else isolated
+    if not pairs:
+        return frozenset()
+    return frozenset(r.broker_id for r in state.replicas if (state.cluster_name, r.broker_address) in pairs)
 
 
 def live_view(state: SyncState | None, isolated: frozenset[int] | None = None, now_ms: int | None = None) -> dict[int, LiveInfo]:
@@ -95,6 +138,16 @@ def live_view(state: SyncState | None, isolated: frozenset[int] | None = None, n
         return {}
     live = liveness.live_infos(state.cluster_name, state.broker_name, state.replica_ids, now_ms)
     return isolated_as_dead(live, isolated_ids(state) if isolated is None else isolated)
+
+
+def heartbeat_views(found: list[SyncState]) -> dict[str, tuple[dict[int, LiveInfo], frozenset[int]]]:
+    """Per set, its heartbeat table (isolation not applied: ``live_view`` applies it) and its isolated
+    replicas, for many sets in one query and one Redis round trip."""
+    if not found:
+        return {}
+    isolated = isolated_addrs()
+    live_by_set = liveness.live_infos_many([(s.cluster_name, s.broker_name, s.replica_ids) for s in found])
+    return {s.broker_name: (live_by_set[s.broker_name], isolated_ids(s, isolated)) for s in found}
 
 
 def election_preview(broker_name: str, broker_id: int | None) -> ElectionPreview | None:

@@ -3,14 +3,17 @@
 hears (as getSyncStateData judges alive; an isolated replica counts as lost: never elected, refusing
 writes) and the master's own configuration (its ``broker_status`` report: inSyncReplicas,
 minInSyncReplicas, allAckInSyncStateSet). Without a report RocketMQ's defaults (1, 1, false) are used,
-and the answer says so (``config.known`` false)."""
+and the answer says so (``config.known`` false). ``of_states`` judges many sets with one read of each
+source (the metrics' thousand sets), ``of_state`` one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controlplane.controller import selectors as ctl_selectors
 from controlplane.controller.core.headroom import Headroom, losses_before_writes_stop
+from controlplane.controller.core.preview import isolated_as_dead
 from controlplane.controller.core.state import SyncState
 from nameserver import broker_status
 
@@ -48,13 +51,21 @@ def _int(text: object, default: int) -> int:
 
 def quorum_settings(state: SyncState) -> QuorumSettings:
     """The master's inSyncReplicas / minInSyncReplicas / allAckInSyncStateSet from its latest status
-    report (a fresh one before a stale one); a set without a master, or a master that never
-    reported, gets the defaults."""
+    report (``stale`` says whether it is recent); a set without a master, or a master that never
+    reported (as a broker of this set), gets the defaults."""
+    return _settings_of(state, broker_status.summaries(_masters([state])))
+
+
+def _masters(states: Sequence[SyncState]) -> list[tuple[str, str]]:
+    return [(s.cluster_name, s.master_address) for s in states if s.master_address is not None]
+
+
+def _settings_of(state: SyncState, reports: dict[tuple[str, str], dict]) -> QuorumSettings:
+    """``quorum_settings`` from the masters' status reports (``broker_status.summaries``)."""
     addr = state.master_address
-    rows = [r for r in broker_status.reports(state.broker_name, cluster_name=state.cluster_name) if r["brokerAddr"] == addr]
-    if addr is None or not rows:
+    row = reports.get((state.cluster_name, addr)) if addr is not None else None
+    if row is None or row["brokerName"] != state.broker_name:
         return QuorumSettings()
-    row = min(rows, key=lambda r: (r["stale"], -r["reportedAtMs"]))
     config = row.get("config") or {}
     defaults = QuorumSettings()
     return QuorumSettings(
@@ -68,21 +79,49 @@ def quorum_settings(state: SyncState) -> QuorumSettings:
     )
 
 
+@dataclass(frozen=True)
+class SetHeadroom:
+    """One set judged: its headroom, the settings it used, the replicas the controller hears (its
+    heartbeat table, isolation aside), those isolated, and those alive as elections see them (heard,
+    not isolated)."""
+
+    state: SyncState
+    headroom: Headroom
+    settings: QuorumSettings
+    heard: frozenset[int]
+    isolated: frozenset[int]
+    alive: frozenset[int]
+
+
+def of_states(states: Sequence[SyncState]) -> list[SetHeadroom]:
+    """The headroom of each set, with one read of each source for all of them: the isolations (one
+    query), the controller's heartbeat table (one Redis round trip) and the status reports (one)."""
+    if not states:
+        return []
+    views = ctl_selectors.heartbeat_views(list(states))
+    reports = broker_status.summaries(_masters(states))
+    out = []
+    for state in states:
+        live, isolated = views[state.broker_name]
+        alive = frozenset(i for i, info in isolated_as_dead(live, isolated).items() if info.alive)
+        settings = _settings_of(state, reports)
+        h = losses_before_writes_stop(
+            state.sync_state_set,
+            alive,
+            state.master_broker_id,
+            settings.in_sync_replicas,
+            settings.min_in_sync_replicas,
+            settings.all_ack_in_sync_state_set,
+        )
+        heard = frozenset(i for i, info in live.items() if info.alive)
+        out.append(SetHeadroom(state, h, settings, heard, isolated, alive))
+    return out
+
+
 def of_state(state: SyncState) -> tuple[Headroom, QuorumSettings, frozenset[int], frozenset[int]]:
     """(headroom, the settings it used, the replicas alive, those isolated) of one set."""
-    isolated = ctl_selectors.isolated_ids(state)
-    live = ctl_selectors.live_view(state, isolated)
-    alive = frozenset(i for i, info in live.items() if info.alive)
-    settings = quorum_settings(state)
-    h = losses_before_writes_stop(
-        state.sync_state_set,
-        alive,
-        state.master_broker_id,
-        settings.in_sync_replicas,
-        settings.min_in_sync_replicas,
-        settings.all_ack_in_sync_state_set,
-    )
-    return h, settings, alive, isolated
+    judged = of_states([state])[0]
+    return judged.headroom, judged.settings, judged.alive, judged.isolated
 
 
 def headroom(broker_name: str) -> dict | None:

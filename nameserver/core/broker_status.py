@@ -52,6 +52,9 @@ _STATUS_INT = {
     "consumerGroups",
 }
 _STATUS_BOOL = {"writable", "isolated"}
+# Where Prometheus scrapes the broker (metricsPromExporterHost:Port; null when metricsExporterType is
+# DISABLE): the control plane lists it as a target (controlplane/operations/metrics.py).
+_STATUS_ADDR = {"metricsAddr"}
 _STATUS_TEXT_MAX = 300
 
 
@@ -120,6 +123,8 @@ def _status(raw: object) -> dict:
             bad = None if type(value) is int and -1 <= value <= v.LONG_MAX else "must be an integer"
         elif k in _STATUS_BOOL:
             bad = v.boolean(value)
+        elif k in _STATUS_ADDR:
+            bad = v.addr(value)
         else:
             continue
         if bad is not None:
@@ -128,7 +133,7 @@ def _status(raw: object) -> dict:
             out[k] = value
     if errors:
         raise v.Invalid(errors)
-    return {k: out[k] for k in out if k in _STATUS_TEXT | _STATUS_INT | _STATUS_BOOL | {"store"}}
+    return {k: out[k] for k in out if k in _STATUS_TEXT | _STATUS_INT | _STATUS_BOOL | _STATUS_ADDR | {"store"}}
 
 
 def _config(raw: object) -> dict[str, str]:
