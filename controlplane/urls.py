@@ -5,7 +5,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from audits import urls as audits_urls
+from audits.metrics import AuditFigures
 from controlplane.errors import json_400, json_403, json_404, json_500
+from controlplane.operations.metrics import metrics_view
+from controlplane.readiness import readyz
 
 handler400 = json_400
 handler403 = json_403
@@ -14,11 +17,16 @@ handler500 = json_500
 
 
 def healthz(request):
+    """The liveness probe: the process serves (its dependencies are /readyz's)."""
     return JsonResponse({"status": "ok"})
 
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    # Prometheus: the processes' counters and the cluster's state (controlplane/operations/metrics.py),
+    # with the audits' figures, which that floor may not import.
+    path("metrics", metrics_view(AuditFigures()), name="metrics"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import admin_views, views
+from . import admin_views, metrics, views
 
 app_name = "operations"
 
@@ -12,4 +12,5 @@ urlpatterns = [
     path("groups/<str:broker_name>/headroom", views.HeadroomView.as_view(), name="headroom"),
     path("groups/<str:broker_name>/drill", views.DrillView.as_view(), name="drill"),
     path("drills", views.DrillsView.as_view(), name="drills"),
+    path("metrics/targets", metrics.TargetsView.as_view(), name="metrics-targets"),
 ]
