@@ -129,6 +129,11 @@ def test_metrics_need_a_read_or_admin_token_bound_to_no_cluster(db):
     assert api.get(TARGETS).status_code == 403
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {token('read')}")
     assert api.get(TARGETS).status_code == 200 and api.get(TARGETS).json() == []
+    # Prometheus's http_sd_configs send the bare token unless told `type: Bearer` (prometheus/docs#2377).
+    api.credentials(HTTP_AUTHORIZATION=token("read"))
+    assert api.get(TARGETS).status_code == 200
+    api.credentials(HTTP_AUTHORIZATION="nope")
+    assert api.get(TARGETS).status_code == 401
 
 
 # --- the cluster's state -----------------------------------------------------------------------------------
