@@ -20,7 +20,7 @@ elections = Counter(
 )
 election_duration = Histogram(
     "rmqha_election_duration_seconds",
-    "elect_master, from taking the replica group's row lock to the commit",
+    "elect_master, from taking the replica group's row lock to the commit (with the role-change pushes run on it)",
     ["trigger"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )

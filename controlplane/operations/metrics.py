@@ -24,7 +24,6 @@ token too.
 from __future__ import annotations
 
 import gc
-import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -55,8 +54,6 @@ from nameserver import liveness as ns_liveness
 from nameserver import selectors as ns_selectors
 
 from . import drill, headroom
-
-log = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MONITOR_SCOPES = frozenset({TokenScope.READ, TokenScope.ADMIN})
