@@ -33,17 +33,26 @@ FENCED = {"2000", "2001", "2002"}
 
 
 def make_groups(names: list[str]) -> None:
-    """Each set: replicas 1..3 alive for 60 s (one heartbeat each, before the race), master 1 at epoch 1."""
+    """Each set: replicas 1..3 alive (heartbeats), master 1 at epoch 1."""
     for name in names:
         for broker_id in range(1, REPLICAS + 1):
             addr = f"10.0.{broker_id}.1:10911"
             assert services.apply_broker_id(CLUSTER, name, broker_id, f"{addr};{broker_id}").ok
+        heartbeats([name])
+        assert services.elect_master(name, broker_id=1).ok
+
+
+def heartbeats(names: list[str]) -> None:
+    """One heartbeat of every replica, alive for 60 s from now: given again just before the race, so
+    workers that were slow to start (a loaded machine) do not race over replicas already expired."""
+    for name in names:
+        for broker_id in range(1, REPLICAS + 1):
+            addr = f"10.0.{broker_id}.1:10911"
             services.heartbeat(
                 liveness.Beat(
                     CLUSTER, name, broker_id, addr, epoch=1, max_offset=100 * broker_id, heartbeat_timeout_millis=60_000
                 )
             )
-        assert services.elect_master(name, broker_id=1).ok
 
 
 def race(names: list[str]) -> Counter:
@@ -70,6 +79,7 @@ def race(names: list[str]) -> Counter:
             if line.strip() != "ready":
                 stderr.seek(0)
                 pytest.fail(f"worker did not start: {line!r}\n{stderr.read().decode(errors='replace')[-3000:]}")
+        heartbeats(names)
         for p, _ in procs:  # as close to simultaneous as a loop gets
             p.stdin.write("go\n")
             p.stdin.flush()
