@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
@@ -27,6 +27,7 @@ from controlplane.controller import services as ctl_services
 from controlplane.controller.core.state import Trigger
 from controlplane.models import ApiToken, Drill, DrillOutcome
 from controlplane.operations.isolation import isolate
+from controlplane.operations.metrics import ClusterState, Gauge
 from mqrules import validation as v
 from nameserver import broker_status
 from nameserver import services as ns_services
@@ -238,6 +239,27 @@ def test_drill_rto_and_audit_figures_are_the_latest(db):
     s = scrape()
     assert (value(s, "rmqha_audit_rollbacks"), value(s, "rmqha_audit_messages_reconsumed")) == (3, 17)
     assert value(s, "rmqha_audit_last_run_timestamp_seconds") == pytest.approx(finished.timestamp())
+
+
+class _Families:
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+def test_the_cluster_state_is_written_as_prometheus_client_writes_it(g1):
+    """/metrics writes the cluster-state families itself (their thousands of series): byte for byte
+    what generate_latest makes of the same families, escapes included."""
+    isolate("g1", 1, True, by="test")
+    ctl_liveness.forget([ctl_liveness.member("c1", "g1", 3)])
+    odd = Gauge("rmqha_test_odd", 'help with \\ and a\nnew line and "quotes"', ("b", "a"))
+    odd.add_metric(['x"y', "back\\slash\nline"], 0.25)
+    odd.add_metric(["", "plain"], 3)
+    gauges = [*ClusterState().gauges(), odd, Gauge("rmqha_test_empty", "no samples")]
+    assert sum(len(g.samples) for g in gauges) > 20
+    assert ClusterState().text(gauges) == generate_latest(_Families([g.family() for g in gauges]))
 
 
 # --- multiprocess mode ---------------------------------------------------------------------------------------
