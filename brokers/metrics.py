@@ -35,8 +35,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
+from mqrules import textformat
 from mqrules.remoting.codes import RequestCode, ResponseCode
 
 from .config import BrokerConfig
@@ -68,11 +68,6 @@ READ, WRITE = 4, 2  # RocketMQ's PermName bits
 PULL_SUSPEND = 0x2  # PullSysFlag: the pull may wait for messages
 SLICE = 1024  # queues looked at between two turns of the event loop
 READ_BATCH = 512  # store times read per job (the store's I/O thread also writes: keep its jobs short)
-
-
-def _escape(value: str) -> str:
-    """A label value as the text format writes it (prometheus_client's escaping)."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def _bool(value: bool) -> str:
@@ -253,7 +248,6 @@ class BrokerMetrics(Collector):
         # (group, topic) -> (lag, lag ms, in flight, queueing ms, ready): CONSUMER_FAMILIES' values
         self._backlogs: dict[tuple[str, str], tuple[int, int, int, int, int]] = {}
         self._parsed: dict[str, tuple[str, str, int]] = {}  # "group@topic@queueId" -> its parts
-        self._label_text: dict[tuple[str, str], str] = {}  # (group, topic) -> its consumer series' labels
         self._stored_at: dict[tuple[str, int, int], int] = {}  # (topic, queueId, offset) -> store time
         self._disk = DiskUse(0.0, c.diskSpaceWarningLevelRatio / 100)
         self.consumer_text = b""  # CONSUMER_FAMILIES as of the last refresh
@@ -319,28 +313,19 @@ class BrokerMetrics(Collector):
         self._disk = await src.disk()
 
     async def _render_consumers(self) -> bytes:
-        """CONSUMER_FAMILIES, one series per (group, topic), in Prometheus' text format exactly as
-        prometheus_client's generate_latest writes gauge families (tests/brokers/test_metrics.py holds
-        the two equal): at 10,000 series each, the library's per-sample formatting alone takes longer
-        than a scrape may, so each series' label text is formatted once and kept, and the families are
-        rendered here, between scrapes."""
-        labels_of, common = self._label_text, self.common
-        if len(labels_of) > 2 * len(self._backlogs) + 1024:
-            labels_of.clear()
+        """CONSUMER_FAMILIES, one series per (group, topic), written by mqrules.textformat (as
+        prometheus_client writes them): at 10,000 series each, the library's per-sample formatting alone
+        takes longer than a scrape may, so the families are rendered here, between scrapes, each series'
+        label text formatted once."""
+        common = self.common
         rows = []
-        for pair, values in self._backlogs.items():
-            text = labels_of.get(pair)
-            if text is None:
-                group, topic = pair
-                values_of = (*common, topic, group, _bool(is_retry_topic(topic)), _bool(is_system(topic, group)))
-                labels = sorted(zip(CONSUMER_LABELS, values_of, strict=True))
-                text = labels_of[pair] = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-            rows.append((text, values))
+        for (group, topic), values in self._backlogs.items():
+            labels = (*common, topic, group, _bool(is_retry_topic(topic)), _bool(is_system(topic, group)))
+            rows.append((textformat.label_text(CONSUMER_LABELS, labels), values))
         out = []
         for i, (name, doc) in enumerate(CONSUMER_FAMILIES):
             await asyncio.sleep(0)
-            out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
-            out.extend(f"{name}{{{text}}} {floatToGoString(values[i])}\n" for text, values in rows)
+            out.append(textformat.gauge_text(name, doc, ((text, values[i]) for text, values in rows)))
         return "".join(out).encode()
 
     # --- the scrape ---------------------------------------------------------------------------------

@@ -38,7 +38,6 @@ from drf_spectacular.utils import extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
-from prometheus_client.utils import floatToGoString
 from rest_framework import exceptions, permissions, serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -52,6 +51,7 @@ from controlplane.isolation import isolated_addrs
 from controlplane.models import TokenScope
 from controlplane.openapi import AUTH, errors
 from controlplane.redis import slot_stamps, sync_client
+from mqrules import textformat
 from mqrules.codes import ResponseCode
 from nameserver import broker_status
 from nameserver import liveness as ns_liveness
@@ -145,11 +145,6 @@ def _refused(request: HttpRequest) -> HttpResponse | None:
 # --- the cluster's state -----------------------------------------------------------------------------
 
 
-def _escape(value: str) -> str:
-    """A label value as the text format writes it (prometheus_client's escaping)."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
 class Gauge:
     """One gauge family of the cluster state: what ``GaugeMetricFamily`` holds (``family``), and its
     text as ``generate_latest`` writes it (``text``), written directly."""
@@ -168,16 +163,10 @@ class Gauge:
         return family
 
     def text(self) -> str:
-        doc = self.documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        out = [f"# HELP {self.name} {doc}\n# TYPE {self.name} gauge\n"]
-        order = sorted(range(len(self.labels)), key=self.labels.__getitem__)  # the library sorts by label name
-        for values, value in self.samples:
-            if order:
-                labels = ",".join(f'{self.labels[i]}="{_escape(values[i])}"' for i in order)
-                out.append(f"{self.name}{{{labels}}} {floatToGoString(value)}\n")
-            else:
-                out.append(f"{self.name} {floatToGoString(value)}\n")
-        return "".join(out)
+        """The family as generate_latest writes it (mqrules.textformat)."""
+        names = self.labels
+        rows = ((textformat.label_text(names, values) if names else "", value) for values, value in self.samples)
+        return textformat.gauge_text(self.name, self.documentation, rows)
 
 
 _SET = ("cluster", "broker_name")
