@@ -10,8 +10,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -99,16 +100,30 @@ def controller_replicas(tmp_path, base: str, token: str, names: tuple[str, ...],
     return [Replica(tmp_path, name, 0, "SYNC_MASTER", base, token, **settings) for name in names]
 
 
+@dataclass
+class Group:
+    """A running group-a: the control plane's URL, an admin token's headers, the replicas, the master
+    when it was first in sync, and the controller's view (``info()``, ``master_of(state)``)."""
+
+    base: str
+    admin: dict[str, str]
+    replicas: list[Replica]
+    master: Replica
+    info: Callable[[], dict]
+    master_of: Callable[[dict], Replica | None]
+
+
 @contextmanager
-def three_replicas(
-    tmp_path: Path, tag: str, topics: tuple[TopicConfig, ...] = (), **extra
-) -> Iterator[tuple[list[Replica], Replica, object, object]]:
-    """A control plane, Celery and three all-ack replicas of group-a (with ``topics`` besides the
-    test kit's; ``extra`` broker keys over these) in sync with a master taking writes: (replicas,
-    master, info, master_of). Everything is stopped on the way out."""
+def in_sync_group(
+    tmp_path: Path, tag: str, topics: tuple[TopicConfig, ...] = (), env: dict[str, str] | None = None, **extra
+) -> Iterator[Group]:
+    """A control plane, Celery (both with ``env`` besides the test's) and three all-ack replicas of
+    group-a (with ``topics`` besides the test kit's; ``extra`` broker keys over these) in sync with a
+    master taking writes. Everything is stopped on the way out."""
     token = ApiToken.issue(f"{tag}-broker", "broker")[1]
     admin = {"Authorization": f"Bearer {ApiToken.issue(f'{tag}-admin', 'admin')[1]}"}
-    with uvicorn_server() as base, celery_worker_and_beat():
+    env = env or {}
+    with uvicorn_server(**env) as base, celery_worker_and_beat(**env):
         settings = {"allAckInSyncStateSet": "true", "controllerHeartBeatTimeoutMills": 3000} | extra
         replicas = controller_replicas(tmp_path, base, token, ("a", "b", "c"), **settings)
         for r in replicas:
@@ -122,9 +137,18 @@ def three_replicas(
             master = master_of(info())
             assert master is not None
             wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
-            yield replicas, master, info, master_of
+            yield Group(base, admin, replicas, master, info, master_of)
         finally:
             stop_all(*replicas)
+
+
+@contextmanager
+def three_replicas(
+    tmp_path: Path, tag: str, topics: tuple[TopicConfig, ...] = (), **extra
+) -> Iterator[tuple[list[Replica], Replica, object, object]]:
+    """``in_sync_group`` as (replicas, master, info, master_of)."""
+    with in_sync_group(tmp_path, tag, topics, **extra) as g:
+        yield g.replicas, g.master, g.info, g.master_of
 
 
 def start_in_sync(replicas: list[Replica], info, master_of) -> tuple[dict, Replica, Replica]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import signal
 import time
+from operator import attrgetter
 from pathlib import Path
 
 import httpx
@@ -24,9 +25,8 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from controlplane.launcher import prometheus
 from controlplane.models import ApiToken
 from tests.e2e.test_broker_membership import wait_for
-from tests.e2e.test_failover import controller_replicas, group_views
-from tests.e2e.test_replication import send, stop_all
-from tests.procs import celery_worker_and_beat, uvicorn_server
+from tests.e2e.test_failover import in_sync_group
+from tests.e2e.test_replication import send
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
@@ -93,30 +93,15 @@ def run_audit(base: str, admin: dict) -> None:
 def test_prometheus_scrapes_the_cluster_and_the_alerts_fire_and_resolve(tmp_path, monkeypatch):
     monkeypatch.setenv("AUDIT_EVENTS_URI", str(tmp_path / "offset-events"))
     monkeypatch.setenv("AUDIT_SPARK_MASTER", "local[2]")
-    token = ApiToken.issue("metrics-broker", "broker")[1]
-    admin = {"Authorization": f"Bearer {ApiToken.issue('metrics-admin', 'admin')[1]}"}
     reader = ApiToken.issue("metrics-prometheus", "read")[1]
     multiproc = prometheus.fresh_multiproc_dir(tmp_path / "multiproc")
     env = {prometheus.MULTIPROC_ENV: str(multiproc)}
-    with uvicorn_server(**env) as base, celery_worker_and_beat(**env):
-        replicas = controller_replicas(
-            tmp_path,
-            base,
-            token,
-            ("a", "b", "c"),
-            allAckInSyncStateSet="true",
-            controllerHeartBeatTimeoutMills=3000,
-            brokerStatusReportInterval=500,
+    with in_sync_group(tmp_path, "metrics", env=env, brokerStatusReportInterval=500) as group:
+        base, admin, replicas, master, info, master_of = attrgetter("base", "admin", "replicas", "master", "info", "master_of")(
+            group
         )
-        info, master_of = group_views(base, admin, replicas)
         prom_process = None
         try:
-            for r in replicas:
-                r.start()
-            wait_for(lambda: len(info().get("syncStateSet", [])) == 3, 60, "a master with all three replicas in sync")
-            master = master_of(info())
-            assert master is not None
-            wait_for(lambda: send(master.grpc_port, 1) == {pb.Code.OK: 1}, 30, "the master taking writes")
             assert send(master.grpc_port, 199, first=1) == {pb.Code.OK: 199}
             acked = consume(master.grpc_port, "Replicated", 40)
             assert acked == 40
@@ -220,4 +205,3 @@ def test_prometheus_scrapes_the_cluster_and_the_alerts_fire_and_resolve(tmp_path
         finally:
             if prom_process is not None:
                 prom_process.stop()
-            stop_all(*replicas)
