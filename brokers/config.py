@@ -338,6 +338,19 @@ def from_mapping(values: dict[str, str]) -> BrokerConfig:
     return config  # type: ignore[return-value]
 
 
+def _listener_problems(c: BrokerConfig) -> list[str]:
+    """The ports the broker listens on, and its metrics' exporter."""
+    problems = []
+    for key in ("listenPort", "haListenPort", "grpcServerPort"):
+        if not 1 <= getattr(c, key) <= 65535:
+            problems.append(f"{key}: must be a port number (1-65535)")
+    if not 0 <= c.metricsPromExporterPort <= 65535:
+        problems.append("metricsPromExporterPort: must be a port number (1-65535), or 0 for a free one")
+    if c.metricsExporterType not in METRICS_EXPORTER_TYPES:
+        problems.append(f"metricsExporterType: must be one of {', '.join(METRICS_EXPORTER_TYPES)}")
+    return problems
+
+
 def _check(c: BrokerConfig) -> list[str]:
     problems = []
     for key in ("brokerName", "storePathRootDir", "controlPlaneUrl"):
@@ -349,13 +362,7 @@ def _check(c: BrokerConfig) -> list[str]:
             problems.append(f"{key}: {message}")
     if c.brokerId < 0:
         problems.append("brokerId: must be >= 0")
-    for key in ("listenPort", "haListenPort", "grpcServerPort"):
-        if not 1 <= getattr(c, key) <= 65535:
-            problems.append(f"{key}: must be a port number (1-65535)")
-    if not 0 <= c.metricsPromExporterPort <= 65535:
-        problems.append("metricsPromExporterPort: must be a port number (1-65535), or 0 for a free one")
-    if c.metricsExporterType not in METRICS_EXPORTER_TYPES:
-        problems.append(f"metricsExporterType: must be one of {', '.join(METRICS_EXPORTER_TYPES)}")
+    problems += _listener_problems(c)
     if c.flushDiskType not in ("ASYNC_FLUSH", "SYNC_FLUSH"):
         problems.append("flushDiskType: must be ASYNC_FLUSH or SYNC_FLUSH")
     if c.brokerRole not in set(BrokerRole):

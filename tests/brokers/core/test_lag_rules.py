@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from brokers.core.admission import MessageType, metrics_type
 from brokers.core.lag import is_retry_topic, is_system, queue_backlog
 
 pytestmark = pytest.mark.unit
@@ -56,3 +57,18 @@ def test_backlog_figures_are_never_negative_and_ready_plus_in_flight_never_excee
 )
 def test_retry_and_system_labels(topic, group, retry, system):
     assert (is_retry_topic(topic), is_system(topic, group)) == (retry, system)
+
+
+@pytest.mark.parametrize(
+    ("message_type", "label"),
+    [
+        (MessageType.NORMAL, "normal"),
+        (MessageType.FIFO, "fifo"),
+        (MessageType.DELAY, "delay"),
+        (MessageType.TRANSACTION, "transaction"),
+        (MessageType.MESSAGE_TYPE_UNSPECIFIED, "normal"),  # a remoting send names no type
+        (99, "normal"),
+    ],
+)
+def test_the_message_type_label_of_rocketmq_messages_in_total(message_type, label):
+    assert metrics_type(message_type) == label
