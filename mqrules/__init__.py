@@ -9,5 +9,6 @@ install carries this package and never ``controlplane``.
 - ``topic_attributes``: topic attributes and message types.
 - ``logical_queues``: static topics' mappings, segments and logical offsets.
 - ``keyed_config``: the keyed config entries and the secret keys never reported.
+- ``acl``: RocketMQ's ACL 2.0: users, policies, who may do what, and the clients' signatures.
 - ``textformat``: gauge families in Prometheus' text format, as prometheus_client writes them (both exporters).
 """

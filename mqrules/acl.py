@@ -1,0 +1,351 @@
+"""RocketMQ's access control (ACL 2.0, apache/rocketmq's ``auth`` module): users, policies, and the two
+checks a broker makes of every request (issue 39; docs/acl.md). Pure: the control plane validates and
+previews policies with it, the brokers authenticate and authorize with it.
+
+- **Authentication** (``DefaultAuthenticationHandler``): the request names a user (its access key) and
+  carries an HMAC-SHA1 of its content keyed by the user's secret key. gRPC signs the
+  ``x-mq-date-time`` header (``authorization: MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=x-mq-date-time,
+  Signature=<hex>``); remoting signs its header fields' values sorted by name, then the body
+  (``AclUtils.combineRequestContent``; ``AccessKey`` / ``Signature`` fields, Base64). An unknown or
+  disabled user, or a wrong signature: UNAUTHORIZED. Beyond RocketMQ: a gRPC date outside
+  ``skew_ms`` of the broker's clock is refused too, so a captured header cannot be replayed later.
+- **Authorization** (``UserAuthorizationHandler``, ``AclAuthorizationHandler``): a Super user may do
+  anything; a Normal user's policy entries that match the resource, one of the actions and the source
+  IP are ordered most specific first (a resource type before Any; LITERAL, then PREFIXED by longer
+  prefix, then ANY) and the first decides; among equally specific entries Deny wins (RocketMQ's
+  comparator says so in its comment). No entry matched: denied.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+MAX_NAME = 255  # a resource's or a user's name (the REST rule for topic and group names)
+MAX_SECRET = 255
+DEFAULT_SKEW_MS = 15 * 60 * 1000  # a signed gRPC date further than this from the broker's clock is refused
+DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"  # x-mq-date-time
+GRPC_SCHEME = "MQv2-HMAC-SHA1"
+
+
+class Action(Enum):
+    """``org.apache.rocketmq.common.action.Action`` (Unknown aside)."""
+
+    ALL = "All"
+    ANY = "Any"  # asked by a request that any action allows (a route query)
+    PUB = "Pub"
+    SUB = "Sub"
+    CREATE = "Create"
+    UPDATE = "Update"
+    DELETE = "Delete"
+    GET = "Get"
+    LIST = "List"
+
+    @classmethod
+    def named(cls, name: str) -> Action:
+        """By RocketMQ's name, any case; ValueError otherwise."""
+        for a in cls:
+            if a.value.lower() == name.strip().lower():
+                return a
+        raise ValueError(f"unknown action {name!r} (one of {', '.join(a.value for a in cls if a is not cls.ANY)})")
+
+
+class ResourceType(Enum):
+    ANY = "Any"
+    CLUSTER = "Cluster"
+    NAMESPACE = "Namespace"
+    TOPIC = "Topic"
+    GROUP = "Group"
+
+
+class ResourcePattern(Enum):
+    ANY = "ANY"
+    LITERAL = "LITERAL"
+    PREFIXED = "PREFIXED"
+
+
+class Decision(Enum):
+    ALLOW = "Allow"
+    DENY = "Deny"
+
+
+class UserType(Enum):
+    SUPER = "Super"
+    NORMAL = "Normal"
+
+
+class UserStatus(Enum):
+    ENABLE = "enable"
+    DISABLE = "disable"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """``Topic:Orders`` (LITERAL), ``Topic:Ord*`` (PREFIXED), ``Topic:*`` (ANY), ``*`` (any resource)."""
+
+    type: ResourceType
+    name: str | None = None
+    pattern: ResourcePattern = ResourcePattern.LITERAL
+
+    @classmethod
+    def parse(cls, key: str) -> Resource:
+        """RocketMQ's ``Resource.of(resourceKey)``; ValueError naming what is wrong."""
+        if not isinstance(key, str) or not key.strip():
+            raise ValueError("a resource is Type:name, Type:prefix*, Type:* or *")
+        key = key.strip()
+        if key == "*":
+            return cls(ResourceType.ANY, None, ResourcePattern.ANY)
+        kind, sep, name = key.partition(":")
+        types = {t.value.lower(): t for t in ResourceType if t is not ResourceType.ANY}
+        if not sep or kind.lower() not in types:
+            raise ValueError(f"{key!r}: a resource is Cluster:, Namespace:, Topic: or Group: and a name, or *")
+        if not name or len(name) > MAX_NAME or any(c.isspace() or c == ":" for c in name):
+            raise ValueError(f"{key!r}: the name must be 1-{MAX_NAME} characters without spaces or ':'")
+        if name == "*":
+            return cls(types[kind.lower()], None, ResourcePattern.ANY)
+        if name.endswith("*"):
+            prefix = name[:-1]
+            if not prefix or "*" in prefix:
+                raise ValueError(f"{key!r}: '*' may only end a prefix")
+            return cls(types[kind.lower()], prefix, ResourcePattern.PREFIXED)
+        if "*" in name:
+            raise ValueError(f"{key!r}: '*' may only end a prefix")
+        return cls(types[kind.lower()], name, ResourcePattern.LITERAL)
+
+    @classmethod
+    def topic(cls, name: str) -> Resource:
+        return cls(ResourceType.TOPIC, name)
+
+    @classmethod
+    def group(cls, name: str) -> Resource:
+        """A group, named without a retry or dead-letter topic's prefix (``Resource.ofGroup``)."""
+        for prefix in ("%RETRY%", "%DLQ%"):
+            if name.startswith(prefix):
+                name = name[len(prefix) :]
+        return cls(ResourceType.GROUP, name)
+
+    @property
+    def key(self) -> str:
+        if self.type is ResourceType.ANY:
+            return "*"
+        if self.pattern is ResourcePattern.ANY:
+            return f"{self.type.value}:*"
+        return f"{self.type.value}:{self.name}{'*' if self.pattern is ResourcePattern.PREFIXED else ''}"
+
+    def matches(self, asked: Resource) -> bool:
+        """Whether this (a policy's) resource covers ``asked`` (a request's, always LITERAL)."""
+        if self.type is ResourceType.ANY:
+            return True
+        if self.type is not asked.type:
+            return False
+        if self.pattern is ResourcePattern.ANY:
+            return True
+        if self.pattern is ResourcePattern.LITERAL:
+            return asked.name == self.name
+        return asked.name is not None and self.name is not None and asked.name.startswith(self.name)
+
+    def specificity(self) -> tuple[int, int]:
+        """Higher first: a resource type before Any; LITERAL, then PREFIXED (longer first), then ANY."""
+        if self.type is ResourceType.ANY:
+            return (0, 0)
+        if self.pattern is ResourcePattern.LITERAL:
+            return (3, 0)
+        if self.pattern is ResourcePattern.PREFIXED:
+            return (2, len(self.name or ""))
+        return (1, 0)
+
+
+def in_range(ip: str, allowed: str) -> bool:
+    """``IPAddressUtils.isIPInRange``: ``allowed`` is one address or a CIDR range."""
+    try:
+        address = ipaddress.ip_address(ip)
+        if "/" not in allowed:
+            return address == ipaddress.ip_address(allowed)
+        return address in ipaddress.ip_network(allowed, strict=False)
+    except ValueError:
+        return False
+
+
+def check_source_ip(value: str) -> str:
+    """A policy's source IP (one address or a CIDR range), normalised; ValueError otherwise."""
+    try:
+        if "/" in value:
+            return str(ipaddress.ip_network(value.strip(), strict=False))
+        return str(ipaddress.ip_address(value.strip()))
+    except ValueError:
+        raise ValueError(f"{value!r}: a source IP is an address or a CIDR range (10.0.0.0/8)") from None
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    resource: Resource
+    actions: frozenset[Action]
+    decision: Decision = Decision.ALLOW
+    source_ips: tuple[str, ...] = ()  # empty: from anywhere
+
+    def matches(self, resource: Resource, actions: Iterable[Action], source_ip: str | None) -> bool:
+        if not self.resource.matches(resource) or not self.actions:
+            return False
+        asked = set(actions)
+        if Action.ANY not in asked and not (Action.ALL in self.actions or asked & self.actions):
+            return False
+        if not self.source_ips:
+            return True
+        return source_ip is not None and any(in_range(source_ip, allowed) for allowed in self.source_ips)
+
+
+@dataclass(frozen=True)
+class User:
+    username: str  # the access key clients sign with
+    secret_key: str = field(repr=False)
+    type: UserType = UserType.NORMAL
+    status: UserStatus = UserStatus.ENABLE
+
+
+class Verdict(Enum):
+    ALLOWED = "allowed"
+    UNAUTHENTICATED = "unauthenticated"  # UNAUTHORIZED (40100): unknown or disabled user, bad signature
+    FORBIDDEN = "forbidden"  # FORBIDDEN (40300): no policy allows it, or one denies it
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    detail: str = ""
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict is Verdict.ALLOWED
+
+
+def authorize(
+    user: User | None, entries: Sequence[PolicyEntry], resource: Resource, actions: Iterable[Action], source_ip: str | None
+) -> Judgement:
+    """May ``user`` do ``actions`` on ``resource`` from ``source_ip``, by its policy ``entries``?"""
+    if user is None:
+        return Judgement(Verdict.UNAUTHENTICATED, "user not found")
+    if user.status is UserStatus.DISABLE:
+        return Judgement(Verdict.UNAUTHENTICATED, f"user {user.username} is disabled")
+    if user.type is UserType.SUPER:
+        return Judgement(Verdict.ALLOWED)
+    actions = tuple(actions)
+    matched = [e for e in entries if e.matches(resource, actions, source_ip)]
+    who = f"{user.username} has no permission to access {resource.key} from {source_ip or 'an unknown address'}"
+    if not matched:
+        return Judgement(Verdict.FORBIDDEN, f"{who}: no matched policies")
+    first = max(matched, key=lambda e: (e.resource.specificity(), e.decision is Decision.DENY))
+    if first.decision is Decision.DENY:
+        return Judgement(Verdict.FORBIDDEN, f"{who}: the decision is deny ({first.resource.key})")
+    return Judgement(Verdict.ALLOWED)
+
+
+# --- authentication -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Credential:
+    access_key: str
+    signature: str  # as the request carries it: hex (gRPC) or Base64 (remoting)
+
+
+def parse_grpc_authorization(header: str) -> Credential:
+    """``MQv2-HMAC-SHA1 Credential=<AK>[/...], SignedHeaders=x-mq-date-time, Signature=<hex>``;
+    ValueError naming what is wrong (the request is then UNAUTHORIZED)."""
+    scheme, sep, rest = header.strip().partition(" ")
+    if not sep or scheme != GRPC_SCHEME:
+        raise ValueError(f"the authorization header must start with {GRPC_SCHEME}")
+    items: dict[str, str] = {}
+    for part in rest.split(","):
+        key, eq, value = part.strip().partition("=")
+        if not eq:
+            raise ValueError("the authorization header's items are key=value")
+        items[key] = value
+    access_key = items.get("Credential", "").split("/", 1)[0]
+    signature = items.get("Signature", "")
+    if not access_key or not signature:
+        raise ValueError("the authorization header names no Credential or no Signature")
+    return Credential(access_key, signature)
+
+
+def grpc_signature(secret_key: str, date_time: str) -> str:
+    """What the official clients send: hex HMAC-SHA1 of the x-mq-date-time value."""
+    return hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
+
+
+def remoting_content(fields: Mapping[str, str], body: bytes | None) -> bytes:
+    """What a remoting client signs: its header fields' values but the Signature, sorted by field name,
+    then the body (``AclUtils.combineRequestContent``)."""
+    values = "".join(v for k, v in sorted(fields.items()) if k != "Signature")
+    return values.encode() + (body or b"")
+
+
+def remoting_signature(secret_key: str, content: bytes) -> str:
+    """``AclSigner.calSignature``: Base64 HMAC-SHA1."""
+    return base64.b64encode(hmac.new(secret_key.encode(), content, hashlib.sha1).digest()).decode()
+
+
+def signed_at_ms(date_time: str) -> int:
+    """The x-mq-date-time value as ms since the epoch; ValueError when it is not one."""
+    return int(datetime.strptime(date_time, DATE_TIME_FORMAT).replace(tzinfo=UTC).timestamp() * 1000)
+
+
+def authenticate_grpc(
+    users: Mapping[str, User], header: str | None, date_time: str | None, now_ms: int, skew_ms: int = DEFAULT_SKEW_MS
+) -> tuple[Judgement, User | None]:
+    """A gRPC call's credentials against the ``users`` (by access key): the judgement, and the user."""
+    if not header:
+        return Judgement(Verdict.UNAUTHENTICATED, "the call carries no authorization header"), None
+    try:
+        credential = parse_grpc_authorization(header)
+        if not date_time:
+            raise ValueError("the call carries no x-mq-date-time")
+        signed = signed_at_ms(date_time)
+    except ValueError as exc:
+        return Judgement(Verdict.UNAUTHENTICATED, str(exc)), None
+    user = users.get(credential.access_key)
+    return _signed(
+        user, credential.access_key, grpc_signature, date_time, credential.signature.lower(), signed, now_ms, skew_ms
+    ), user
+
+
+def _signed(
+    user: User | None,
+    access_key: str,
+    sign: Callable[[str, Any], str],
+    content: str | bytes,
+    signature: str,
+    signed: int | None,
+    now_ms: int,
+    skew_ms: int,
+) -> Judgement:
+    """The signature ``sign(secret, content)`` of ``user`` against the one carried (and, for a dated
+    one, the date within ``skew_ms``)."""
+    if user is None:
+        return Judgement(Verdict.UNAUTHENTICATED, f"user {access_key} is not found")
+    if user.status is UserStatus.DISABLE:
+        return Judgement(Verdict.UNAUTHENTICATED, f"user {user.username} is disabled")
+    if not hmac.compare_digest(sign(user.secret_key, content), signature):
+        return Judgement(Verdict.UNAUTHENTICATED, "check signature failed")
+    if signed is not None and abs(now_ms - signed) > skew_ms:
+        return Judgement(Verdict.UNAUTHENTICATED, f"the signed date is more than {skew_ms // 1000} s from the broker's clock")
+    return Judgement(Verdict.ALLOWED)
+
+
+def authenticate_remoting(
+    users: Mapping[str, User], fields: Mapping[str, str], body: bytes | None
+) -> tuple[Judgement, User | None]:
+    """A remoting request's AccessKey / Signature fields against the ``users``: the judgement, and the user.
+    (Remoting signs no date: RocketMQ's remoting requests carry none to bound.)"""
+    access_key, signature = fields.get("AccessKey"), fields.get("Signature")
+    if not access_key or not signature:
+        return Judgement(Verdict.UNAUTHENTICATED, "the request carries no AccessKey or no Signature"), None
+    user = users.get(access_key)
+    content = remoting_content(fields, body)
+    return _signed(user, access_key, remoting_signature, content, signature, None, 0, 0), user

@@ -1,0 +1,226 @@
+"""RocketMQ's ACL 2.0 rules (mqrules/acl.py): resources and their patterns, which policy entry decides,
+and the signatures the official clients send, checked with those clients' own signing code."""
+
+from __future__ import annotations
+
+import pytest
+from rocketmq.v5.util.signature import Signature
+
+from mqrules.acl import (
+    Action,
+    Decision,
+    PolicyEntry,
+    Resource,
+    ResourcePattern,
+    ResourceType,
+    User,
+    UserStatus,
+    UserType,
+    Verdict,
+    authenticate_grpc,
+    authenticate_remoting,
+    authorize,
+    remoting_content,
+    remoting_signature,
+    signed_at_ms,
+)
+
+pytestmark = pytest.mark.unit
+
+A = Action
+T = ResourceType
+P = ResourcePattern
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("Topic:Orders", (T.TOPIC, "Orders", P.LITERAL)),
+        ("topic:Orders", (T.TOPIC, "Orders", P.LITERAL)),
+        ("Group:Ord*", (T.GROUP, "Ord", P.PREFIXED)),
+        ("Cluster:*", (T.CLUSTER, None, P.ANY)),
+        ("*", (T.ANY, None, P.ANY)),
+    ],
+)
+def test_a_resource_key(key, expected):
+    r = Resource.parse(key)
+    assert (r.type, r.name, r.pattern) == expected
+    assert Resource.parse(r.key) == r  # the key round-trips
+
+
+@pytest.mark.parametrize(
+    "key", ["", "Topic", "Topic:", "Queue:x", "Topic:a*b", "Topic:*x", "Topic:a b", "Topic:" + "x" * 256, "Topic:a:b"]
+)
+def test_a_malformed_resource_key_is_refused(key):
+    with pytest.raises(ValueError):
+        Resource.parse(key)
+
+
+@pytest.mark.parametrize(
+    ("policy", "asked", "matches"),
+    [
+        ("Topic:Orders", "Topic:Orders", True),
+        ("Topic:Orders", "Topic:Orders2", False),
+        ("Topic:Ord*", "Topic:Orders", True),
+        ("Topic:Ord*", "Group:Orders", False),
+        ("Topic:*", "Topic:anything", True),
+        ("*", "Group:anything", True),
+    ],
+)
+def test_a_policy_resource_covers(policy, asked, matches):
+    assert Resource.parse(policy).matches(Resource.parse(asked)) is matches
+
+
+def test_a_groups_retry_topic_is_authorized_as_the_group():
+    assert Resource.group("%RETRY%G1") == Resource.group("G1") == Resource(T.GROUP, "G1")
+
+
+ALICE = User("alice", "alice-secret")
+
+
+def entry(key: str, actions: str, decision: Decision = Decision.ALLOW, ips: tuple[str, ...] = ()) -> PolicyEntry:
+    return PolicyEntry(Resource.parse(key), frozenset(Action.named(a) for a in actions.split(",")), decision, ips)
+
+
+@pytest.mark.parametrize(
+    ("entries", "resource", "actions", "ip", "verdict"),
+    [
+        pytest.param([], "Topic:Orders", "Pub", "10.0.0.1", Verdict.FORBIDDEN, id="no policy: denied"),
+        pytest.param([entry("Topic:Orders", "Pub")], "Topic:Orders", "Pub", "10.0.0.1", Verdict.ALLOWED, id="allowed"),
+        pytest.param([entry("Topic:Orders", "Pub")], "Topic:Orders", "Sub", "10.0.0.1", Verdict.FORBIDDEN, id="another action"),
+        pytest.param(
+            [entry("Topic:Orders", "All")], "Topic:Orders", "Sub", "10.0.0.1", Verdict.ALLOWED, id="All covers every action"
+        ),
+        pytest.param(
+            [entry("Topic:Orders", "Sub")], "Topic:Orders", "Any", "10.0.0.1", Verdict.ALLOWED, id="a route query: any action"
+        ),
+        pytest.param(
+            [entry("Topic:*", "Pub", Decision.DENY), entry("Topic:Orders", "Pub")],
+            "Topic:Orders",
+            "Pub",
+            None,
+            Verdict.ALLOWED,
+            id="the literal entry is more specific than the deny of every topic",
+        ),
+        pytest.param(
+            [entry("Topic:Ord*", "Pub"), entry("Topic:Orders", "Pub", Decision.DENY)],
+            "Topic:Orders",
+            "Pub",
+            None,
+            Verdict.FORBIDDEN,
+            id="a literal deny over a prefixed allow",
+        ),
+        pytest.param(
+            [entry("Topic:O*", "Pub", Decision.DENY), entry("Topic:Ord*", "Pub")],
+            "Topic:Orders",
+            "Pub",
+            None,
+            Verdict.ALLOWED,
+            id="the longer prefix decides",
+        ),
+        pytest.param(
+            [entry("Topic:Orders", "Pub"), entry("Topic:Orders", "Pub", Decision.DENY)],
+            "Topic:Orders",
+            "Pub",
+            None,
+            Verdict.FORBIDDEN,
+            id="equally specific: deny wins",
+        ),
+        pytest.param([entry("*", "Pub")], "Topic:Orders", "Pub", None, Verdict.ALLOWED, id="any resource"),
+        pytest.param(
+            [entry("Topic:Orders", "Pub", ips=("10.0.0.0/8",))],
+            "Topic:Orders",
+            "Pub",
+            "10.1.2.3",
+            Verdict.ALLOWED,
+            id="from the range",
+        ),
+        pytest.param(
+            [entry("Topic:Orders", "Pub", ips=("10.0.0.0/8",))],
+            "Topic:Orders",
+            "Pub",
+            "192.168.0.1",
+            Verdict.FORBIDDEN,
+            id="from outside the range",
+        ),
+        pytest.param(
+            [entry("Topic:Orders", "Pub", ips=("10.0.0.7",))],
+            "Topic:Orders",
+            "Pub",
+            None,
+            Verdict.FORBIDDEN,
+            id="no source address",
+        ),
+    ],
+)
+def test_authorize(entries, resource, actions, ip, verdict):
+    judged = authorize(ALICE, entries, Resource.parse(resource), [Action.named(a) for a in actions.split(",")], ip)
+    assert judged.verdict is verdict, judged.detail
+
+
+def test_a_super_user_may_do_anything_and_a_disabled_user_nothing():
+    root = User("root", "s", UserType.SUPER)
+    assert authorize(root, [], Resource.topic("T"), [A.PUB], None).allowed
+    off = User("off", "s", UserType.SUPER, UserStatus.DISABLE)
+    assert authorize(off, [entry("*", "All")], Resource.topic("T"), [A.PUB], None).verdict is Verdict.UNAUTHENTICATED
+    assert authorize(None, [], Resource.topic("T"), [A.PUB], None).verdict is Verdict.UNAUTHENTICATED
+
+
+class Credentials:
+    def __init__(self, ak: str, sk: str):
+        self.ak, self.sk = ak, sk
+
+
+class Config:
+    def __init__(self, ak: str, sk: str):
+        self.credentials, self.namespace = Credentials(ak, sk), ""
+
+
+def signed_by_the_official_client(ak: str, sk: str) -> tuple[str, str]:
+    """(authorization, x-mq-date-time) as rocketmq-python-client signs a call."""
+    metadata = dict(Signature.metadata(Config(ak, sk), "client-1"))
+    return metadata["authorization"], metadata["x-mq-date-time"]
+
+
+USERS = {"alice": ALICE, "bob": User("bob", "bob-secret", status=UserStatus.DISABLE)}
+
+
+@pytest.mark.parametrize(
+    ("ak", "sk", "skew_s", "verdict"),
+    [
+        pytest.param("alice", "alice-secret", 0, Verdict.ALLOWED, id="signed by the official client"),
+        pytest.param("alice", "wrong", 0, Verdict.UNAUTHENTICATED, id="a wrong secret"),
+        pytest.param("mallory", "x", 0, Verdict.UNAUTHENTICATED, id="an unknown access key"),
+        pytest.param("bob", "bob-secret", 0, Verdict.UNAUTHENTICATED, id="a disabled user"),
+        pytest.param("alice", "alice-secret", 3600, Verdict.UNAUTHENTICATED, id="replayed an hour later"),
+    ],
+)
+def test_grpc_authentication(ak, sk, skew_s, verdict):
+    header, date_time = signed_by_the_official_client(ak, sk)
+    now = signed_at_ms(date_time) + skew_s * 1000
+    judged, _ = authenticate_grpc(USERS, header, date_time, now)
+    assert judged.verdict is verdict, judged.detail
+
+
+@pytest.mark.parametrize(
+    ("header", "date_time"),
+    [
+        (None, "20261129T000000Z"),
+        ("Basic abc", "20261129T000000Z"),
+        ("MQv2-HMAC-SHA1 Credential=alice", "20261129T000000Z"),
+        ("MQv2-HMAC-SHA1 Credential=alice, SignedHeaders=x-mq-date-time, Signature=00", None),
+        ("MQv2-HMAC-SHA1 Credential=alice, SignedHeaders=x-mq-date-time, Signature=00", "yesterday"),
+    ],
+)
+def test_a_malformed_grpc_credential_is_unauthenticated(header, date_time):
+    judged, user = authenticate_grpc(USERS, header, date_time, 0)
+    assert judged.verdict is Verdict.UNAUTHENTICATED and user is None
+
+
+def test_remoting_signatures_cover_every_field_and_the_body():
+    fields = {"AccessKey": "alice", "topic": "Orders", "queueId": "1"}
+    fields["Signature"] = remoting_signature("alice-secret", remoting_content(fields, b"body"))
+    assert authenticate_remoting(USERS, fields, b"body")[0].allowed
+    assert not authenticate_remoting(USERS, fields, b"other body")[0].allowed
+    assert not authenticate_remoting(USERS, {**fields, "topic": "Other"}, b"body")[0].allowed
+    assert not authenticate_remoting(USERS, {"topic": "Orders"}, b"body")[0].allowed
