@@ -174,6 +174,10 @@ class TransactionChecks:
             try:
                 if not self.serving():
                     self.transactions.reload()  # rebuilt from the log when this broker serves again
+                    # A broker that starts serving (elected, acting, back from pre-online) waits a whole
+                    # interval before its first run, as RocketMQ's check service does: the broker that
+                    # served before may have checked a moment ago, and a producer is asked once per interval.
+                    last_check = time.monotonic()
                 elif time.monotonic() - last_check >= self.interval_ms / 1000:
                     last_check = time.monotonic()
                     checks = await self.transactions.check_once()
