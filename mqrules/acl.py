@@ -349,3 +349,79 @@ def authenticate_remoting(
     user = users.get(access_key)
     content = remoting_content(fields, body)
     return _signed(user, access_key, remoting_signature, content, signature, None, 0, 0), user
+
+
+# --- policies as the REST API and rmqha give them ------------------------------------------------------
+
+MAX_ENTRIES = 256
+MAX_ITEMS = 64  # resources, actions or source IPs of one entry
+
+
+def _list_of(raw: object, what: str) -> list:
+    if isinstance(raw, str):
+        raw = [part for part in raw.split(",") if part.strip()]  # mqadmin's comma-separated form
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"give one or more {what}")
+    if len(raw) > MAX_ITEMS:
+        raise ValueError(f"at most {MAX_ITEMS} {what}")
+    if not all(isinstance(x, str) for x in raw):
+        raise ValueError(f"{what} are strings")
+    return raw
+
+
+def parse_entries(raw: object) -> tuple[list[PolicyEntry], dict[str, list[str]]]:
+    """``[{"resources" | "resource", "actions", "decision", "sourceIps"}, ...]`` (mqadmin createAcl's -r,
+    -a, -d, -i) as policy entries, one per resource: (entries, problems by field). Entries are kept only
+    when there is no problem at all, so a policy is taken whole or not at all."""
+    if not isinstance(raw, list) or not raw:
+        return [], {"entries": ["give one or more policy entries"]}
+    if len(raw) > MAX_ENTRIES:
+        return [], {"entries": [f"at most {MAX_ENTRIES} entries"]}
+    entries: list[PolicyEntry] = []
+    problems: dict[str, list[str]] = {}
+    for i, item in enumerate(raw):
+        where = f"entries[{i}]"
+        if not isinstance(item, dict):
+            problems.setdefault(where, []).append("an entry is an object")
+            continue
+        parsed = _parse_entry(item, where, problems)
+        entries.extend(parsed)
+    return (entries, {}) if not problems else ([], problems)
+
+
+def _parse_entry(item: dict, where: str, problems: dict[str, list[str]]) -> list[PolicyEntry]:
+    def attempt(field_name: str, parse):
+        try:
+            return parse()
+        except ValueError as exc:
+            problems.setdefault(f"{where}.{field_name}", []).append(str(exc))
+            return None
+
+    raw_resources = item.get("resources", item.get("resource"))
+    resources = attempt("resources", lambda: [Resource.parse(r) for r in _list_of(raw_resources, "resources")])
+    actions = attempt("actions", lambda: frozenset(Action.named(a) for a in _list_of(item.get("actions"), "actions")))
+    if actions is not None and Action.ANY in actions:
+        problems.setdefault(f"{where}.actions", []).append("Any is what a request asks, not what a policy grants: use All")
+    decision = attempt("decision", lambda: _decision(item.get("decision", "Allow")))
+    raw_ips = item.get("sourceIps")
+    ips = attempt("sourceIps", lambda: tuple(check_source_ip(ip) for ip in _list_of(raw_ips, "source IPs")) if raw_ips else ())
+    if resources is None or actions is None or decision is None or ips is None:
+        return []
+    return [PolicyEntry(r, actions, decision, ips) for r in resources]
+
+
+def _decision(raw: object) -> Decision:
+    for d in Decision:
+        if isinstance(raw, str) and raw.strip().lower() == d.value.lower():
+            return d
+    raise ValueError("the decision is Allow or Deny")
+
+
+def entry_as_dict(e: PolicyEntry) -> dict:
+    """An entry as the REST API answers it (and ``parse_entries`` takes it back)."""
+    return {
+        "resource": e.resource.key,
+        "actions": sorted(a.value for a in e.actions),
+        "decision": e.decision.value,
+        "sourceIps": list(e.source_ips),
+    }

@@ -20,6 +20,8 @@ from mqrules.acl import (
     authenticate_grpc,
     authenticate_remoting,
     authorize,
+    entry_as_dict,
+    parse_entries,
     remoting_content,
     remoting_signature,
     signed_at_ms,
@@ -224,3 +226,39 @@ def test_remoting_signatures_cover_every_field_and_the_body():
     assert not authenticate_remoting(USERS, fields, b"other body")[0].allowed
     assert not authenticate_remoting(USERS, {**fields, "topic": "Other"}, b"body")[0].allowed
     assert not authenticate_remoting(USERS, {"topic": "Orders"}, b"body")[0].allowed
+
+
+@pytest.mark.parametrize(
+    ("raw", "fields"),
+    [
+        pytest.param([], ["entries"], id="no entry"),
+        pytest.param("Topic:x", ["entries"], id="not a list"),
+        pytest.param([{"resource": "Queue:x", "actions": ["Pub"]}], ["entries[0].resources"], id="a bad resource"),
+        pytest.param([{"resource": "Topic:x", "actions": ["Publish"]}], ["entries[0].actions"], id="a bad action"),
+        pytest.param([{"resource": "Topic:x", "actions": ["Any"]}], ["entries[0].actions"], id="Any is not granted"),
+        pytest.param(
+            [{"resource": "Topic:x", "actions": "Pub", "decision": "Maybe"}], ["entries[0].decision"], id="a bad decision"
+        ),
+        pytest.param(
+            [{"resource": "Topic:x", "actions": "Pub", "sourceIps": ["10.0.0.300"]}], ["entries[0].sourceIps"], id="a bad IP"
+        ),
+        pytest.param([{"resource": "Topic:x", "actions": ["Pub"] * 65}], ["entries[0].actions"], id="too many actions"),
+        pytest.param([{"resource": "Topic:x", "actions": "Pub"}] * 257, ["entries"], id="too many entries"),
+        pytest.param(
+            [{"resource": "Topic:" + "x" * 10_000, "actions": "Pub"}], ["entries[0].resources"], id="an oversized resource"
+        ),
+        pytest.param([7], ["entries[0]"], id="not an object"),
+    ],
+)
+def test_a_malformed_policy_is_refused_whole_with_its_fields(raw, fields):
+    entries, problems = parse_entries(raw)
+    assert entries == [] and sorted(problems) == fields
+
+
+def test_a_policy_in_mqadmins_form_round_trips():
+    raw = [{"resources": "Topic:Orders,Group:G*", "actions": "Pub,Sub", "decision": "deny", "sourceIps": ["10.1.0.0/16"]}]
+    entries, problems = parse_entries(raw)
+    assert problems == {} and [e.resource.key for e in entries] == ["Topic:Orders", "Group:G*"]
+    assert all(e.decision is Decision.DENY and e.actions == {A.PUB, A.SUB} and e.source_ips == ("10.1.0.0/16",) for e in entries)
+    again, _ = parse_entries([entry_as_dict(e) for e in entries])
+    assert again == entries
