@@ -425,3 +425,103 @@ def entry_as_dict(e: PolicyEntry) -> dict:
         "decision": e.decision.value,
         "sourceIps": list(e.source_ips),
     }
+
+
+# --- what the control plane hands the brokers -----------------------------------------------------------
+#
+# One snapshot per cluster, whole (users with their secret keys, and every user's policy entries), with a
+# version the control plane raises in the transaction of each change. Pushed as the ``acl_update`` frame
+# and repeated in every registration answer (``acl``), so a lost push only delays; a broker keeps the
+# highest version it has seen, in memory only.
+
+
+@dataclass(frozen=True)
+class AclSnapshot:
+    version: int = 0
+    users: Mapping[str, User] = field(default_factory=dict)  # by username (the access key)
+    policies: Mapping[str, tuple[PolicyEntry, ...]] = field(default_factory=dict)  # by username
+
+    def authorize(self, user: User | None, resource: Resource, actions: Iterable[Action], source_ip: str | None) -> Judgement:
+        return authorize(user, self.policies.get(user.username, ()) if user else (), resource, actions, source_ip)
+
+
+def snapshot_wire(version: int, users: Iterable[User], policies: Mapping[str, Iterable[PolicyEntry]]) -> dict:
+    """The snapshot as the control plane sends it (``snapshot_from_wire`` takes it back)."""
+    return {
+        "version": version,
+        "users": [
+            {"username": u.username, "secretKey": u.secret_key, "userType": u.type.value, "userStatus": u.status.value}
+            for u in users
+        ],
+        "policies": [{"username": name, "entries": [entry_as_dict(e) for e in entries]} for name, entries in policies.items()],
+    }
+
+
+def snapshot_from_wire(raw: Mapping[str, Any]) -> AclSnapshot:
+    """A snapshot from its wire form; ValueError when it is not one (the broker then keeps what it has)."""
+    try:
+        version = raw["version"]
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ValueError("the version is a count")
+        users = {
+            u["username"]: User(u["username"], u["secretKey"], UserType(u["userType"]), UserStatus(u["userStatus"]))
+            for u in raw["users"]
+        }
+        policies: dict[str, tuple[PolicyEntry, ...]] = {}
+        for p in raw["policies"]:
+            entries, problems = parse_entries(p["entries"]) if p["entries"] else ([], {})
+            if problems:
+                raise ValueError(f"the policy of {p['username']}: {problems}")
+            policies[p["username"]] = tuple(entries)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not an ACL snapshot: {exc!r}") from None
+    return AclSnapshot(version, users, policies)
+
+
+# --- what a change would lock out --------------------------------------------------------------------------
+
+# What a client of a topic or group asks (the brokers' checks, docs/acl.md): previewed for every known one.
+PREVIEWED_ACTIONS = {ResourceType.TOPIC: (Action.PUB, Action.SUB), ResourceType.GROUP: (Action.SUB,)}
+
+
+@dataclass(frozen=True)
+class Lockout:
+    username: str
+    resource: str  # its key: Topic:Orders
+    action: str  # Pub, Sub
+    reason: str  # why it would be refused after the change
+
+
+def lockouts(before: AclSnapshot, after: AclSnapshot, resources: Iterable[Resource]) -> list[Lockout]:
+    """What users may do before the change and may not after it, for each of the cluster's known
+    ``resources`` (topics and groups) and what their clients ask of them, from any address (a policy with
+    source IPs is previewed as if the client came from one of them). Sorted, for a stable answer."""
+    found: list[Lockout] = []
+    resources = list(resources)
+    for name, user in before.users.items():
+        for resource in resources:
+            for action in PREVIEWED_ACTIONS.get(resource.type, ()):
+                if not _may(before, user, resource, action):
+                    continue
+                now = after.users.get(name)
+                if now is None:
+                    found.append(Lockout(name, resource.key, action.value, "the user is deleted"))
+                    continue
+                if not _may(after, now, resource, action):
+                    judgement = _judge_any_ip(after, now, resource, action)
+                    found.append(Lockout(name, resource.key, action.value, judgement.detail))
+    return sorted(found, key=lambda lo: (lo.username, lo.resource, lo.action))
+
+
+def _judge_any_ip(snapshot: AclSnapshot, user: User, resource: Resource, action: Action) -> Judgement:
+    """The judgement for the most permissive address the user's entries name (any address when none)."""
+    candidates: list[str | None] = [None]
+    for e in snapshot.policies.get(user.username, ()):
+        for ip in e.source_ips:
+            candidates.append(str(ipaddress.ip_network(ip, strict=False).network_address))
+    judgements = [snapshot.authorize(user, resource, (action,), ip) for ip in candidates]
+    return next((j for j in judgements if j.allowed), judgements[0])
+
+
+def _may(snapshot: AclSnapshot, user: User, resource: Resource, action: Action) -> bool:
+    return _judge_any_ip(snapshot, user, resource, action).allowed
