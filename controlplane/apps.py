@@ -6,6 +6,7 @@ class ControlplaneConfig(AppConfig):
     verbose_name = "Control plane"
 
     def ready(self) -> None:
-        from . import broker_rpc
+        from . import broker_rpc, throttling
 
+        throttling.check_rates()  # a bad RMQHA_THROTTLE_* stops the process with one line
         broker_rpc.register_frames()  # brokers' answers to requests (controlplane/broker_rpc.py)

@@ -20,6 +20,7 @@ from rest_framework import authentication, exceptions, permissions, status
 
 from mqrules.codes import ResponseCode
 
+from . import throttling
 from .errors import ApiError
 from .models import ApiToken, TokenScope, hash_token
 
@@ -188,12 +189,16 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
     def authenticate(self, request):
         header = request.META.get("HTTP_AUTHORIZATION")
         if not header:
+            if not getattr(getattr(request._request, "user", None), "is_authenticated", False):
+                throttling.refuse_anonymous(request)  # before the permission check's 401, or floods never count
             return None
         raw = bearer_token(header)
         if raw is None:
+            throttling.refuse_failed_authentication(request)
             raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'.")
         principal = principal_for(raw)
         if principal is None:
+            throttling.refuse_failed_authentication(request)  # guessing tokens: 429 past the address's rate
             raise exceptions.AuthenticationFailed("Unknown or revoked token.")
         return principal, principal
 

@@ -97,7 +97,8 @@ def exception_handler(exc, context) -> Response:
     if isinstance(exc, exceptions.MethodNotAllowed):
         return Response(error_body(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, str(exc.detail)), status=405)
     if isinstance(exc, exceptions.Throttled):
-        return Response(error_body(ResponseCode.SYSTEM_BUSY, str(exc.detail)), status=429)
+        headers = {"Retry-After": str(int(exc.wait) + 1)} if exc.wait is not None else None
+        return Response(error_body(ResponseCode.SYSTEM_BUSY, str(exc.detail)), status=429, headers=headers)
     if isinstance(exc, Http404 | exceptions.NotFound):
         return Response(error_body(ResponseCode.INVALID_PARAMETER, "Not found."), status=404)
     if isinstance(exc, exceptions.APIException):

@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "nameserver",
     "controlplane.operations",
     "dashboards",
+    "axes",  # login lockout after repeated failures (docs/acl.md "Threat model")
 ]
 
 MIDDLEWARE = [
@@ -77,7 +78,32 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "controlplane.audit.AuditMiddleware",  # operators' REST actions (admin tokens) into the audit log
+    "axes.middleware.AxesMiddleware",  # answers a locked-out login with 429
 ]
+
+# Login lockout (django-axes): after AXES_FAILURE_LIMIT failed logins for one username from one address,
+# that pair is locked out for AXES_COOLOFF_TIME; a success resets the count.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = int(os.environ.get("RMQHA_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = float(os.environ.get("RMQHA_LOGIN_COOLOFF_MINUTES", "15")) / 60  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+
+# The security headers `manage.py check --deploy` asks for. Those that only make sense over TLS (HSTS,
+# secure cookies, the https redirect) follow DJANGO_HTTPS=1, which the launcher sets when it serves the
+# control plane over https; plaintext stays for local development.
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+HTTPS = os.environ.get("DJANGO_HTTPS", "0") == "1"
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = HTTPS
+SESSION_COOKIE_HTTPONLY = True
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
 
 ROOT_URLCONF = "controlplane.urls"
 ASGI_APPLICATION = "controlplane.asgi.application"
@@ -202,7 +228,24 @@ REST_FRAMEWORK = {
     # The API takes JSON bodies only (docs/api.md "Input rules"): a form or multipart body gets 415.
     "DEFAULT_PARSER_CLASSES": ["controlplane.validation_drf.JsonParser"],
     "UNAUTHENTICATED_USER": None,
+    # Doors shut to guessing and flooding (controlplane/throttling.py; broker calls are exempt).
+    "DEFAULT_THROTTLE_CLASSES": [
+        "controlplane.throttling.TokenThrottle",
+        "controlplane.throttling.OperatorThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        scope: os.environ.get(f"RMQHA_THROTTLE_{scope.upper()}", default)
+        for scope, default in {
+            "anon": "120/min",
+            "token": "6000/min",
+            "operator": "1200/min",
+            "auth_failure": "30/min",
+        }.items()
+    },
 }
+# ACL users' secret keys are stored encrypted with these Fernet keys (controlplane/secretbox.py): the first
+# encrypts, all decrypt (rotation: a new key first, then `manage.py rotate_acl_keys`). None: users cannot be created.
+ACL_SECRET_KEYS = [k.strip() for k in os.environ.get("RMQHA_ACL_KEYS", "").split(",") if k.strip()]
 # A request body of more than this many bytes is refused with 413 (a broker's batch of 10,000 offset
 # events is about 1.5 MB); forms (the dashboard's and the admin's) of more fields with 400.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440

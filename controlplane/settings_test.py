@@ -13,3 +13,8 @@ CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = REDIS_KEY_PREFIX + "asgi"
 CELERY_BROKER_TRANSPORT_OPTIONS = {"global_keyprefix": REDIS_KEY_PREFIX + "celery:"}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / f"test-celerybeat-schedule{_WORKER}")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# The suite calls the API far faster than any operator: throttles stay on, at rates it never reaches;
+# tests/test_doors.py sets low rates to see them refuse.
+REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {s: "100000/min" for s in REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]}}  # noqa: F405
+# A fixed key for ACL users' secret keys (controlplane/secretbox.py), unless the environment gives one.
+ACL_SECRET_KEYS = ACL_SECRET_KEYS or ["NjBrc59IKOthoOOoSfUZatsuUFbeHJ9ckFp7kACylK8="]  # noqa: F405
