@@ -22,7 +22,7 @@ from .control.members import PUSH as MIN_BROKER_PUSH
 from .control.members import MemberGroupTracker, parse_member_group
 from .control.nameserver import ControlPlaneError, LinkHooks, NameserverLink
 from .control.offset_reports import OffsetReporter
-from .control.peers import PeerClient, PeerRefused, RequestCode, ResponseCode, peer_handlers
+from .control.peers import PeerClient, PeerRefused, RequestCode, ResponseCode, peer_guard, peer_handlers
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
 from .core.roles import BrokerRole
@@ -42,6 +42,7 @@ from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .tasks import cancel_and_wait
 from .timer import Checkpoint, TimerService
 from .topics import TopicConfig, TopicConfigManager, system_topics
+from .tls import TlsMode, remoting_server_context, replication_client_context
 from .transaction import Resolution
 from .transaction_check import EitherProducers, TransactionChecks
 
@@ -156,10 +157,19 @@ class Broker:
             take_resolutions=self._take_resolutions,
         )
         # listenPort: remoting clients (brokers/remoting/) and this set's peers (brokers/control/peers.py)
-        self.remoting = RemotingServer(config.brokerIP1, config.listenPort, answered=self.traffic.remoting_answered)
+        # with TLS (brokers/tls.py): plaintext too for remoting clients unless tlsServerMode=enforcing;
+        # with tlsReplicationEnable a peer is who its broker certificate says, instead of the peer token
+        self.remoting = RemotingServer(
+            config.brokerIP1,
+            config.listenPort,
+            answered=self.traffic.remoting_answered,
+            tls=remoting_server_context(config),
+            tls_only=config.tlsServerMode == TlsMode.ENFORCING,
+        )
+        self._peer_guard = peer_guard(config.brokerClusterName, config.brokerName, config.tlsReplicationEnable, config.peer_token)
         self.remoting.handle_all(
             peer_handlers(
-                config.peer_token,
+                self._peer_guard,
                 {
                     RequestCode.EXCHANGE_BROKER_HA_INFO: self.acting.exchange_ha_info,
                     RequestCode.GET_CONSUMER_META: self.acting.consumer_meta,
@@ -170,7 +180,7 @@ class Broker:
             )
         )
         self.remoting_service: RemotingEndpoint | None = None
-        self._peer_client = PeerClient(config.peer_token)
+        self._peer_client = PeerClient(config.peer_token, tls=replication_client_context(config))
         self._master_addr: str | None = None  # classic mode: from the nameserver's registration answers
         self._members: dict[int, str] = {}  # this set's live replicas, as last heard (brokers/transaction_check.py)
         acting = self.acting
@@ -308,7 +318,7 @@ class Broker:
             self.config.transactionCheckInterval,
             serving=lambda: self.metalog.mode in (MetaMode.WRITER, MetaMode.ACTING),
         )
-        self.remoting.handle_all(peer_handlers(self.config.peer_token, checks.handlers()))
+        self.remoting.handle_all(peer_handlers(self._peer_guard, checks.handlers()))
         self._transactions = loop.create_task(checks.run(), name="transactions")
 
     async def _repair_store_in_place(self) -> None:

@@ -28,6 +28,7 @@ from .core.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
 from .core.retention import HOUR_MS, RetentionPolicy, parse_delete_when, ratio_problems
 from .core.roles import BrokerRole
 from .store.files import write_text_atomically
+from .tls import tls_problems
 
 
 class ConfigInvalid(ValueError):
@@ -160,6 +161,19 @@ class BrokerConfig:
     metricsExporterType: str = "PROM"
     metricsPromExporterHost: str = ""
     metricsPromExporterPort: int = 5557
+    # TLS (brokers/tls.py, docs/acl.md "TLS"; RocketMQ's names where it has them): the gRPC endpoint's mode
+    # (disabled | permissive | enforcing, RocketMQ's TlsMode), the certificate and key the broker's
+    # listeners present, the cluster CA; ours: mutual TLS with the cluster CA on the HA link and the peer
+    # channel (per-broker certificates instead of peerToken), and the CA of the control plane's https.
+    tlsServerMode: str = "disabled"
+    tlsServerCertPath: str = ""
+    tlsServerKeyPath: str = ""
+    tlsServerTrustCertPath: str = ""
+    tlsClientCertPath: str = ""  # empty: tlsServerCertPath (a broker's certificate serves both ends)
+    tlsClientKeyPath: str = ""
+    tlsClientTrustCertPath: str = ""  # empty: tlsServerTrustCertPath
+    tlsReplicationEnable: bool = False
+    controlPlaneCaPath: str = ""
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -428,7 +442,7 @@ def _check(c: BrokerConfig) -> list[str]:
     for key in ("transactionTimeOut", "transactionCheckMax", "transactionCheckInterval"):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
-    return problems + _retention_problems(c)
+    return problems + _retention_problems(c) + tls_problems(c)
 
 
 def _retention_problems(c: BrokerConfig) -> list[str]:

@@ -21,6 +21,7 @@ from .metrics import Traffic
 from .sending import SendService, WriteGate
 from .static import Report, StaticQueues
 from .store.store import MessageStore
+from .tls import control_plane_context
 from .topics import TopicConfigManager
 from .transaction import Transactions
 
@@ -66,6 +67,7 @@ class BrokerServices:
             base_url=config.controlPlaneUrl,
             timeout=CONTROL_PLANE_TIMEOUT_S,
             headers={"Authorization": f"Bearer {config.token}"},
+            verify=control_plane_context(config) or True,  # https: the control plane's CA (controlPlaneCaPath)
         )
         static_path = Path(config.storePathRootDir) / "config" / "staticTopics.json"
         self.static = StaticQueues(

@@ -18,6 +18,7 @@ answer, and the water levels heartbeats carry.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,6 +34,7 @@ from mqrules.topic_attributes import parse_attributes
 from ..config import BrokerConfig
 from ..retry import Backoff
 from ..tasks import cancel_and_wait
+from ..tls import control_plane_context
 from ..topics import TopicConfig, TopicConfigManager
 
 log = logging.getLogger("brokers.control")
@@ -153,6 +155,12 @@ class NameserverLink:
                 pass
         await cancel_and_wait(self._task, *self._background)
 
+    @functools.cached_property
+    def _tls(self) -> dict:
+        """wss: the control plane's certificate checked against controlPlaneCaPath (brokers/tls.py)."""
+        ctx = control_plane_context(self.config)
+        return {} if ctx is None else {"ssl": ctx}
+
     def _ws_url(self) -> str:
         parts = urlsplit(self.config.controlPlaneUrl)
         scheme = "wss" if parts.scheme == "https" else "ws"
@@ -165,7 +173,7 @@ class NameserverLink:
         while True:
             try:
                 async with websockets.connect(
-                    self._ws_url(), additional_headers=headers, open_timeout=CALL_TIMEOUT_S, max_queue=1024
+                    self._ws_url(), additional_headers=headers, open_timeout=CALL_TIMEOUT_S, max_queue=1024, **self._tls
                 ) as ws:
                     self._ws = ws
                     reader = asyncio.create_task(self._read(ws))

@@ -9,11 +9,14 @@ a response command with RocketMQ's response code, a remark, and a JSON object bo
 bodies are JSON where RocketMQ puts some of these fields in headers (906's ``ExchangeHAInfo*Header``):
 each side of this channel is ours, and one body form serves every request.
 
-A request is answered iff its token equals the broker's peer token (``peerToken``, else the
-control-plane token); otherwise 16 NO_PERMISSION. A handler's ``PeerRefused`` answers its code, any
-other handler failure 1 SYSTEM_ERROR, a body that is no JSON object 29 INVALID_PARAMETER. What the
-listener does with bad frames, unknown codes and slow peers is brokers/remoting/server.py's. Every call
-has a timeout.
+Who may ask (``PeerGuard``): with ``tlsReplicationEnable`` a request is answered iff it came over
+TLS with a certificate the cluster CA signed that names a broker of this replica group
+(``CertificateGuard``, brokers/tls.py; the client then presents its own broker certificate and sends
+no token); without it (development mode) iff its token equals the broker's peer token
+(``peerToken``, else the control-plane token: ``TokenGuard``). Otherwise 16 NO_PERMISSION. A
+handler's ``PeerRefused`` answers its code, any other handler failure 1 SYSTEM_ERROR, a body that is
+no JSON object 29 INVALID_PARAMETER. What the listener does with bad frames, unknown codes and slow
+peers is brokers/remoting/server.py's. Every call has a timeout.
 """
 
 from __future__ import annotations
@@ -24,14 +27,18 @@ import hmac
 import itertools
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Protocol
 
 from mqrules import validation
 from mqrules.remoting.codes import ResponseCode
 from mqrules.remoting.decoder import FrameDecoder
 from mqrules.remoting.frame import FrameError, RemotingCommand, encode_frame
+
+from ..tls import HANDSHAKE_TIMEOUT_S, identity_of
 
 log = logging.getLogger("brokers.peers")
 
@@ -98,16 +105,53 @@ def _code_name(code: int) -> str:
 # --- serving: a peer request's answer -----------------------------------------------------------
 
 
-def peer_handler(token: str, handler: Handler) -> RemotingHandler:
-    """The remoting listener's handler (brokers/remoting/server.py) for a peer request served by
-    ``await handler(body)``: the token checked, the JSON body read, the answer or refusal written."""
-    expected = token.encode()
+class PeerGuard(Protocol):
+    def refusal(self, request: RemotingCommand, connection: object) -> str | None:
+        """Why ``request`` is no request of a peer of this group (None: it is)."""
 
-    async def answer(request: RemotingCommand, _connection: object) -> RemotingCommand:
+
+class TokenGuard:
+    """Development mode: the shared peer token in the request's ``peerToken`` field."""
+
+    def __init__(self, token: str):
+        self._expected = token.encode()
+
+    def refusal(self, request: RemotingCommand, connection: object) -> str | None:
         given = request.ext_fields.get(TOKEN_FIELD, "")
-        if not hmac.compare_digest(given.encode(), expected):
-            log.warning("peer request code %d refused: wrong peer token", request.code)
-            return request.response(ResponseCode.NO_PERMISSION, "wrong peer token")
+        return None if hmac.compare_digest(given.encode(), self._expected) else "wrong peer token"
+
+
+class CertificateGuard:
+    """tlsReplicationEnable: the connection's client certificate (verified against the cluster CA by
+    the TLS handshake) names a broker ``<cluster>/<broker_name>/<id>`` of this group."""
+
+    def __init__(self, cluster: str, broker_name: str):
+        self.cluster, self.broker_name = cluster, broker_name
+
+    def refusal(self, request: RemotingCommand, connection: object) -> str | None:
+        peer = identity_of(getattr(connection, "peer_certificate", None))
+        if peer is None:
+            return "a peer request needs TLS with a broker certificate of the cluster CA"
+        if (peer.cluster, peer.broker_name) != (self.cluster, self.broker_name):
+            return f"broker {peer} is not of {self.cluster}/{self.broker_name}"
+        return None
+
+
+def peer_guard(cluster: str, broker_name: str, tls_replication: bool, token: str) -> PeerGuard:
+    return CertificateGuard(cluster, broker_name) if tls_replication else TokenGuard(token)
+
+
+def peer_handler(guard: PeerGuard | str, handler: Handler) -> RemotingHandler:
+    """The remoting listener's handler (brokers/remoting/server.py) for a peer request served by
+    ``await handler(body)``: the caller checked (``guard``; a string: the peer token), the JSON body
+    read, the answer or refusal written."""
+    if isinstance(guard, str):
+        guard = TokenGuard(guard)
+
+    async def answer(request: RemotingCommand, connection: object) -> RemotingCommand:
+        if (refusal := guard.refusal(request, connection)) is not None:
+            log.warning("peer request code %d refused: %s", request.code, refusal)
+            return request.response(ResponseCode.NO_PERMISSION, refusal)
         try:
             body = _json_object(request.body) if request.body else {}
         except ValueError as exc:
@@ -135,9 +179,9 @@ def peer_handler(token: str, handler: Handler) -> RemotingHandler:
 
 
 def peer_handlers(
-    token: str, handlers: Mapping[int, Handler]
+    guard: PeerGuard | str, handlers: Mapping[int, Handler]
 ) -> dict[int, Callable[[RemotingCommand, object], Awaitable[RemotingCommand]]]:
-    return {int(code): peer_handler(token, handler) for code, handler in handlers.items()}
+    return {int(code): peer_handler(guard, handler) for code, handler in handlers.items()}
 
 
 def _json_object(data: bytes) -> dict:
@@ -166,10 +210,19 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class PeerClient:
     """Calls other brokers' peer channels, one connection per call (calls are rare: pre-online,
-    min-broker changes, a transaction check run)."""
+    min-broker changes, a transaction check run). ``tls``: mutual TLS with this broker's certificate
+    (tlsReplicationEnable), and then no token is sent."""
 
-    def __init__(self, token: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S, max_frame_bytes: int = MAX_FRAME_BYTES):
+    def __init__(
+        self,
+        token: str,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        tls: ssl.SSLContext | None = None,
+    ):
         self.token = token
+        self.tls = tls
         self.connect_timeout_s = connect_timeout_s
         self.max_frame_bytes = max_frame_bytes
         self._seq = itertools.count(1)
@@ -182,9 +235,11 @@ class PeerClient:
             raise PeerError(addr, str(exc)) from None
         seq = next(self._seq)
         data = json.dumps(body or {}, separators=(",", ":"), allow_nan=False).encode()
-        request = encode_frame(RemotingCommand(code=int(code), opaque=seq, ext_fields={TOKEN_FIELD: self.token}, body=data))
+        fields = {} if self.tls is not None else {TOKEN_FIELD: self.token}
+        request = encode_frame(RemotingCommand(code=int(code), opaque=seq, ext_fields=fields, body=data))
+        tls = {"ssl": self.tls, "server_hostname": host, "ssl_handshake_timeout": HANDSHAKE_TIMEOUT_S} if self.tls else {}
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), self.connect_timeout_s)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **tls), self.connect_timeout_s)
         except TimeoutError:
             raise PeerTimeout(addr, f"no connection within {self.connect_timeout_s:g} s") from None
         except OSError as exc:

@@ -46,8 +46,12 @@ def escaped_message(m: Message) -> pb.Message:
 
 
 class EscapeBridge:
-    def __init__(self, own_broker: str, http: httpx.AsyncClient, traffic: Traffic):
+    def __init__(
+        self, own_broker: str, http: httpx.AsyncClient, traffic: Traffic, credentials: grpc.ChannelCredentials | None = None
+    ):
+        """``credentials``: TLS to the other masters' endpoints (brokers/tls.py ``grpc_channel_credentials``)."""
         self.traffic = traffic  # rmqha_escaped_messages_total
+        self.credentials = credentials
         self.own_broker = own_broker
         self.http = http
         self._routes: dict[str, tuple[float, dict | None]] = {}
@@ -85,7 +89,11 @@ class EscapeBridge:
         for target, indexes in by_target.items():
             channel = self._channels.get(target)
             if channel is None:
-                channel = self._channels[target] = grpc.aio.insecure_channel(target)
+                channel = self._channels[target] = (
+                    grpc.aio.insecure_channel(target)
+                    if self.credentials is None
+                    else grpc.aio.secure_channel(target, self.credentials)
+                )
             request = spb.SendMessageRequest(messages=[escaped_message(messages[i]) for i in indexes])
             try:
                 response = await rpc.MessagingServiceStub(channel).SendMessage(request, timeout=SEND_TIMEOUT_S)

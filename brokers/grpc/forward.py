@@ -75,8 +75,12 @@ def _collect(task: asyncio.Future) -> None:
 
 
 class Forwarder:
-    def __init__(self, broker_name: str, own_grpc_addr: str, http: httpx.AsyncClient):
+    def __init__(
+        self, broker_name: str, own_grpc_addr: str, http: httpx.AsyncClient, credentials: grpc.ChannelCredentials | None = None
+    ):
+        """``credentials``: TLS to the master's endpoint (brokers/tls.py ``grpc_channel_credentials``)."""
         self.broker_name = broker_name
+        self.credentials = credentials
         self.own = own_grpc_addr
         self.http = http
         self._addr: str | None = None
@@ -178,7 +182,11 @@ class Forwarder:
     def stub(self, addr: str) -> rpc.MessagingServiceStub:
         channel = self._channels.get(addr)
         if channel is None:
-            channel = self._channels[addr] = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            channel = self._channels[addr] = (
+                grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+                if self.credentials is None
+                else grpc.aio.secure_channel(addr, self.credentials, options=CHANNEL_OPTIONS)
+            )
         return rpc.MessagingServiceStub(channel)
 
     async def unary(self, method: str, request, context, forwarding: Callable[[], bool] = lambda: True, metadata=None):

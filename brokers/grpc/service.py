@@ -29,6 +29,8 @@ from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 from ..config import BrokerConfig
 from ..metrics import Traffic
 from ..services import BrokerServices
+from ..tls import TlsMode, grpc_channel_credentials, grpc_server_credentials
+from ..tls_front import GrpcFront
 from ..topics import TopicConfigManager
 from .consumer import ReceivingHandler
 from .escape import EscapeBridge
@@ -121,8 +123,9 @@ class GrpcEndpoint:
         self.config = config
         http, static, consuming, sending = services.http, services.static, services.consuming, services.sending
         self.producers = ProducerStreams()
-        self.escape = EscapeBridge(config.brokerName, http, services.traffic)  # an acting master's way out (RIP-32)
-        self.forwarder = Forwarder(config.brokerName, config.grpc_addr, http)  # to this set's serving broker
+        tls = grpc_channel_credentials(config)  # to other brokers' endpoints, as this one serves (brokers/tls.py)
+        self.escape = EscapeBridge(config.brokerName, http, services.traffic, tls)  # an acting master's way out (RIP-32)
+        self.forwarder = Forwarder(config.brokerName, config.grpc_addr, http, tls)  # to this set's serving broker
         self.hops = StaticHops(config.grpc_addr, http, static, consuming)
         self.servicer = MessagingService(
             RouteHandler(config, http, topics, static, self.producers, consuming.fifo_topics),
@@ -142,7 +145,39 @@ class GrpcEndpoint:
         await self.escape.close()
 
 
-async def serve(endpoint: GrpcEndpoint) -> grpc.aio.Server:
+class GrpcServing:
+    """The running gRPC server, and in permissive mode the front that shares its port (``stop``)."""
+
+    def __init__(self, server: grpc.aio.Server, front: GrpcFront | None = None):
+        self.server, self.front = server, front
+
+    async def stop(self, grace: float | None = None) -> None:
+        if self.front is not None:
+            await self.front.stop()
+        await self.server.stop(grace)
+
+
+def _listen(server: grpc.aio.Server, config: BrokerConfig) -> GrpcFront | None:
+    """grpcServerPort as tlsServerMode says (brokers/tls.py): plaintext, TLS, or both through a front
+    that splices to two internal ports of 127.0.0.1 (brokers/tls_front.py)."""
+    addr = f"{config.brokerIP1}:{config.grpcServerPort}"
+    mode = TlsMode(config.tlsServerMode)
+    if mode is TlsMode.DISABLED:
+        bound = server.add_insecure_port(addr)
+    elif mode is TlsMode.ENFORCING:
+        bound = server.add_secure_port(addr, grpc_server_credentials(config))
+    else:
+        plain = server.add_insecure_port("127.0.0.1:0")
+        secure = server.add_secure_port("127.0.0.1:0", grpc_server_credentials(config))
+        if plain == 0 or secure == 0:
+            raise OSError("cannot listen on 127.0.0.1 for the permissive front")
+        return GrpcFront(config.brokerIP1, config.grpcServerPort, plain, secure)
+    if bound == 0:
+        raise OSError(f"cannot listen on {addr}")
+    return None
+
+
+async def serve(endpoint: GrpcEndpoint) -> GrpcServing:
     """Listen on grpcServerPort for ``endpoint``'s clients."""
     config = endpoint.config
     server = grpc.aio.server(
@@ -152,8 +187,12 @@ async def serve(endpoint: GrpcEndpoint) -> grpc.aio.Server:
         ]
     )
     rpc.add_MessagingServiceServicer_to_server(endpoint.servicer, server)
-    addr = f"{config.brokerIP1}:{config.grpcServerPort}"
-    if server.add_insecure_port(addr) == 0:
-        raise OSError(f"cannot listen on {addr}")
+    front = _listen(server, config)
     await server.start()
-    return server
+    if front is not None:
+        try:
+            await front.start()
+        except OSError:
+            await server.stop(None)
+            raise
+    return GrpcServing(server, front)

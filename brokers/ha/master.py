@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..store.store import MessageStore
 from ..tasks import cancel_and_wait
+from ..tls import HANDSHAKE_TIMEOUT_S
 from .epoch import EpochCache
 from .packets import (
     SLAVE_ACK_SIZE,
@@ -228,8 +230,20 @@ class MasterConnection:
 class HAServer:
     """Listens on haListenPort and owns every slave connection."""
 
-    def __init__(self, store: MessageStore, epochs: EpochCache, timings: LinkTimings, on_ack: Callable[[MasterConnection], None]):
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochCache,
+        timings: LinkTimings,
+        on_ack: Callable[[MasterConnection], None],
+        *,
+        tls: ssl.SSLContext | None = None,
+        admit: Callable[[dict | None], bool] | None = None,
+    ):
+        """``tls``: mutual TLS (a slave without a certificate of the cluster CA fails the handshake);
+        ``admit(peer_certificate)``: whether a verified slave is one of this group (brokers/tls.py)."""
         self.store = store
+        self.tls, self.admit = tls, admit
         self.epochs = epochs
         self.timings = timings
         self.acked = on_ack  # each ack of a connection, and its close (quorum counts, the SyncStateSet)
@@ -238,7 +252,8 @@ class HAServer:
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._accept, host, port)
+        handshake_s = HANDSHAKE_TIMEOUT_S if self.tls else None
+        self._server = await asyncio.start_server(self._accept, host, port, ssl=self.tls, ssl_handshake_timeout=handshake_s)
         self.store.write_listeners.add(self._wake_all)
 
     async def stop(self) -> None:
@@ -250,6 +265,11 @@ class HAServer:
             await self._server.wait_closed()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.admit is not None and not self.admit(writer.get_extra_info("peercert")):
+            peer = writer.get_extra_info("peername")
+            log.warning("HA connection from %s refused: its certificate names no broker of this group", peer)
+            writer.close()
+            return
         conn = MasterConnection(self, reader, writer)
         self.connections.add(conn)
         task = asyncio.current_task()

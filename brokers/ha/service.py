@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ..config import BrokerConfig
 from ..store.store import MessageStore, PutMessageStatus
+from ..tls import replication_client_context, replication_server_context, same_group
 from .epoch import EPOCH_FILE_NAME, EpochEntry, EpochFile
 from .gate import WritePermission
 from .master import HAServer, LinkTimings, MasterConnection
@@ -85,6 +87,8 @@ class HAService:
         self._on_expand = on_expand
         self._on_slave_gone = on_slave_gone
         self._alive_in_group = alive_in_group
+        # tlsReplicationEnable: mutual TLS with the cluster CA on the link (brokers/tls.py)
+        self.tls_client = replication_client_context(config)
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -103,6 +107,7 @@ class HAService:
                 self.timings,
                 self.config.syncFromLastFile,
                 self.config.asyncLearner,
+                tls=self.tls_client,
             )
             self.client.start()
         else:
@@ -113,7 +118,11 @@ class HAService:
             self.store.replicas = self if self.role is BrokerRole.SYNC_MASTER else None
 
     async def _serve_slaves(self) -> None:
-        self.server = HAServer(self.store, self.epochs, self.timings, self._on_ack)
+        tls, admit = None, None
+        if self.config.tlsReplicationEnable:
+            tls = replication_server_context(self.config)
+            admit = partial(same_group, cluster=self.config.brokerClusterName, broker_name=self.config.brokerName)
+        self.server = HAServer(self.store, self.epochs, self.timings, self._on_ack, tls=tls, admit=admit)
         await self.server.start(self.config.brokerIP1, self.config.haListenPort)
 
     async def stop(self) -> None:
@@ -177,6 +186,7 @@ class HAService:
             self.timings,
             self.config.syncFromLastFile,
             self.config.asyncLearner,
+            tls=self.tls_client,
         )
         self.client.start()
 

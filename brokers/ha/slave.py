@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
 
@@ -53,8 +54,13 @@ class HAClient:
         timings: LinkTimings,
         sync_from_last_file: bool = False,
         async_learner: bool = False,
+        *,
+        tls: ssl.SSLContext | None = None,
     ):
+        """``tls``: mutual TLS (tlsReplicationEnable): a master whose certificate the cluster CA did
+        not sign, or that does not name its address, fails the handshake and is not copied from."""
         self.store = store
+        self.tls = tls
         self.epochs = epochs
         self.broker_id = broker_id
         self.master_addr = master_addr
@@ -88,7 +94,7 @@ class HAClient:
             host, _, port = addr.rpartition(":")
             writer = None
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S)
+                reader, writer = await asyncio.wait_for(self._connect(host, int(port)), CONNECT_TIMEOUT_S)
                 self._writer = writer
                 self.connected_to = addr
                 await self._session(reader, writer)
@@ -113,6 +119,13 @@ class HAClient:
                 await asyncio.sleep(REFUSED_RETRY_S)
             else:
                 await backoff.sleep()
+
+    async def _connect(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.tls is None:
+            return await asyncio.open_connection(host, port)
+        return await asyncio.open_connection(
+            host, port, ssl=self.tls, server_hostname=host, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
+        )
 
     async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         if writer.is_closing():

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 
@@ -34,6 +35,7 @@ from mqrules.remoting.frame import ONEWAY_FLAG, FrameError, LanguageCode, Remoti
 from mqrules.remoting.headers import HeaderFieldError
 
 from ..tasks import cancel_and_wait
+from ..tls_front import MixedServer
 
 log = logging.getLogger("brokers.remoting")
 
@@ -83,6 +85,12 @@ class Connection:
         self.closed = True
         self.writer.close()
 
+    @property
+    def peer_certificate(self) -> dict | None:
+        """The certificate the other end showed over TLS, verified against the cluster CA (None:
+        plaintext, or none shown): who a peer is (brokers/control/peers.py)."""
+        return self.writer.get_extra_info("peercert") or None
+
 
 Handler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
 Closed = Callable[[Connection], None]
@@ -101,16 +109,20 @@ class RemotingServer:
         max_frame_length: int = MAX_FRAME_LENGTH,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         answered: Answered | None = None,
+        tls: ssl.SSLContext | None = None,
+        tls_only: bool = False,
     ):
-        """``answered``: told of every request answered, with the time it took (the metrics' rpc latency)."""
+        """``answered``: told of every request answered, with the time it took (the metrics' rpc latency).
+        ``tls``: TLS taken on the port besides plaintext (brokers/tls_front.py), or instead with ``tls_only``."""
         self.host, self.port = host, port
+        self.tls, self.tls_only = tls, tls_only
         self.answered = answered
         self.max_frame_length = max_frame_length
         self.idle_timeout_s = idle_timeout_s
         self._handlers: dict[int, Handler] = {}
         self._closed_callbacks: list[Closed] = []
         self._withdrawn: dict[int, str] = {}
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | MixedServer | None = None
         self._connections: dict[asyncio.Task, Connection] = {}
 
     def handle(self, code: int, handler: Handler) -> None:
@@ -138,7 +150,10 @@ class RemotingServer:
         return len(self._connections)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        if self.tls is None:
+            self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        else:
+            self._server = await MixedServer.start(self.host, self.port, self.tls, self.tls_only, self._accept)
         if self.port == 0:
             self.port = self._server.sockets[0].getsockname()[1]
         log.info("remoting listener on %s:%d", self.host, self.port)
