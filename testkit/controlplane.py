@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .balancer import Balancer
+from .certs import CertFiles
 from .ports import free_port
 from .procs import ROOT, Process, http_ok, python, stop_all, wait_until
 
@@ -28,9 +29,11 @@ def uvicorn_argv(
     ws: str = "websockets-sansio",
     fast: bool = False,
     log_level: str | None = None,
+    tls: CertFiles | None = None,
 ) -> list[str]:
     """uvicorn serving the ASGI app on ``host`` (e.g. a test network's address, testkit.netns);
-    ``fast``: uvloop + httptools (the demo, benchmarks)."""
+    ``fast``: uvloop + httptools (the demo, benchmarks); ``tls``: https / wss with this certificate
+    (testkit/certs.py)."""
     argv = python(
         "-m",
         "uvicorn",
@@ -51,6 +54,8 @@ def uvicorn_argv(
         argv += ["--loop", "uvloop", "--http", "httptools"]
     if log_level:
         argv += ["--log-level", log_level]
+    if tls is not None:
+        argv += ["--ssl-certfile", str(tls.cert), "--ssl-keyfile", str(tls.key)]
     return argv
 
 
@@ -213,14 +218,21 @@ class ScaledControlPlane:
 
 @contextmanager
 def running_web(
-    env: dict[str, str], log_dir: Path, *, port: int | None = None, timeout_s: float = START_TIMEOUT_S, **uvicorn_options
+    env: dict[str, str],
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    timeout_s: float = START_TIMEOUT_S,
+    ca: Path | None = None,
+    **uvicorn_options,
 ) -> Iterator[str]:
-    """uvicorn on a reserved port until the block ends; yields its base URL. ``uvicorn_options``: see uvicorn_argv."""
+    """uvicorn on a reserved port until the block ends; yields its base URL. ``uvicorn_options``: see
+    uvicorn_argv (with ``tls``, the URL is https and its readiness is checked against ``ca``)."""
     port = port or free_port()
     web = Process("uvicorn", uvicorn_argv(port, **uvicorn_options), log_dir / f"uvicorn-{port}-{os.getpid()}.log", env)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if uvicorn_options.get('tls') else 'http'}://127.0.0.1:{port}"
     try:
-        web.start().wait_http(url + "/healthz", timeout_s)
+        web.start().wait_http(url + "/healthz", timeout_s, ca=ca)
         yield url
     finally:
         web.stop()

@@ -13,6 +13,7 @@ import ctypes.util
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -60,10 +61,12 @@ def wait_until(
         time.sleep(interval_s)
 
 
-def http_ok(url: str, timeout_s: float = 1.0) -> bool:
-    """The URL answers 200 (False on any connection error)."""
+def http_ok(url: str, timeout_s: float = 1.0, ca: Path | None = None) -> bool:
+    """The URL answers 200 (False on any connection error); https checked against ``ca`` (a PEM CA
+    file; None: the system's roots)."""
+    verify = ssl.create_default_context(cafile=str(ca)) if ca is not None else True
     try:
-        return httpx.get(url, timeout=timeout_s).status_code == 200
+        return httpx.get(url, timeout=timeout_s, verify=verify).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -243,9 +246,12 @@ class Process:
         except FileNotFoundError:
             return ""
 
-    def wait_http(self, url: str, timeout_s: float = 60.0) -> float:
-        """Wait until ``url`` answers 200 while the process lives; the seconds that took."""
-        return wait_until(lambda: self.check_alive() and http_ok(url), timeout_s, f"{self.name} answering {url}", interval_s=0.2)
+    def wait_http(self, url: str, timeout_s: float = 60.0, ca: Path | None = None) -> float:
+        """Wait until ``url`` answers 200 while the process lives (https: checked against ``ca``); the
+        seconds that took."""
+        return wait_until(
+            lambda: self.check_alive() and http_ok(url, ca=ca), timeout_s, f"{self.name} answering {url}", interval_s=0.2
+        )
 
     def wait_port(self, port: int, timeout_s: float = 60.0, host: str = "127.0.0.1") -> float:
         """Wait until the port accepts connections while the process lives; the seconds that took."""
