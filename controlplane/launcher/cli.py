@@ -43,8 +43,13 @@ def main(argv: list[str] | None = None) -> int:
                 default=os.environ.get("NAMESRV_PORT") or str(DEFAULT_REMOTING_PORT),
                 help="the nameserver's remoting port on 127.0.0.1, clients' namesrvAddr (default: $NAMESRV_PORT or 9876)",
             )
+            parser.add_argument(
+                "--plaintext",
+                action="store_true",
+                help="no TLS (local development): http, plaintext gRPC, the HA link and peer channel with the peer token",
+            )
             parsed = parser.parse_args(rest)
-            return cmd_demo(parsed.port, parsed.namesrv_port)
+            return cmd_demo(parsed.port, parsed.namesrv_port, plaintext=parsed.plaintext)
         if command == "services":
             if rest:
                 print(usage, file=sys.stderr)

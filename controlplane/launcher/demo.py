@@ -21,7 +21,7 @@ from .common import (
     stop_children,
     watch,
 )
-from .demo_brokers import start_demo_brokers
+from .demo_brokers import demo_certificates, start_demo_brokers
 from .processes import manage, ready_banner, start_control_plane, wait_healthy
 from .prometheus import INSTALL_HINT, MULTIPROC_ENV, Prometheus, find_binary, fresh_multiproc_dir, start, wait_ready, write_config
 from .services import resolve_services
@@ -30,8 +30,9 @@ DEFAULT_PORT = 8000
 DEFAULT_REMOTING_PORT = 9876  # RocketMQ's namesrv port
 
 
-def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT) -> int:
-    """migrate + collectstatic + bootstrap, then web, the remoting endpoint, worker and beat until Ctrl-C."""
+def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT, *, plaintext: bool = False) -> int:
+    """migrate + collectstatic + bootstrap, then web, the remoting endpoint, worker and beat until Ctrl-C.
+    Over TLS with the demo's own CA (docs/acl.md "TLS"), unless ``plaintext`` (local development)."""
     ensure_port_free(port)
     ensure_port_free(remoting_port, variable="NAMESRV_PORT")
     services = resolve_services()
@@ -77,21 +78,23 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT) -> int:
         # (docs/metrics.md); the brokers serve their own /metrics and must not write there.
         env.pop(MULTIPROC_ENV, None)
         multiproc = {**env, MULTIPROC_ENV: str(fresh_multiproc_dir(DATA_DIR / "prometheus-multiproc"))}
-        children += start_control_plane(port, remoting_port, multiproc, audit_spark_port)
+        tls = None if plaintext else demo_certificates(DATA_DIR / "tls")
+        children += start_control_plane(port, remoting_port, multiproc, audit_spark_port, tls.control_plane if tls else None)
         watched = [watch(c) for c in children] + services.watched
 
-        base = f"http://127.0.0.1:{port}"
+        base = f"{'http' if tls is None else 'https'}://127.0.0.1:{port}"
         log(f"waiting for {base}/healthz ...")
-        wait_healthy(f"{base}/healthz", watched)
+        wait_healthy(f"{base}/healthz", watched, ca=tls.ca.cert if tls else None)
 
-        brokers = start_demo_brokers(base, token_path, env) if token_path.exists() else []
+        brokers = start_demo_brokers(base, token_path, env, tls) if token_path.exists() else []
         children += [b.process for b in brokers]
         prometheus = start_demo_prometheus(base, prometheus_token_path)
         if prometheus is not None:
             children.append(prometheus.process)
             watched.append(watch(prometheus.process))
         prometheus_url = prometheus.url if prometheus is not None else None
-        print(ready_banner(base, f"127.0.0.1:{remoting_port}", token_path, admin_token_path, prometheus_url), flush=True)
+        ca = tls.ca.cert if tls else None
+        print(ready_banner(base, f"127.0.0.1:{remoting_port}", token_path, admin_token_path, prometheus_url, ca), flush=True)
         if brokers:
             grpc = ", ".join(f"{b.process.name} gRPC 127.0.0.1:{b.grpc_port}" for b in brokers)
             print(

@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from testkit.certs import CertFiles
 from testkit.controlplane import celery_beat_argv, celery_worker_argv, remoting_argv, uvicorn_argv
 from testkit.procs import Process, http_ok, python, wait_until
 
@@ -55,12 +56,14 @@ def manage(args: list[str], *, log_path: Path | None = None, allow_unknown: bool
     raise LauncherError(f"`manage.py {' '.join(args)}` failed (exit code {result.returncode}){shown}")
 
 
-def start_control_plane(port: int, remoting_port: int, env: dict[str, str], audit_spark_port: int | None) -> list[Process]:
-    """web (uvicorn), the nameserver's remoting endpoint (RocketMQ clients' namesrvAddr), a Celery
-    worker (two processes) and beat; the audits' resident Spark (spark_jobs/server.py) when
-    ``audit_spark_port`` is given."""
+def start_control_plane(
+    port: int, remoting_port: int, env: dict[str, str], audit_spark_port: int | None, tls: CertFiles | None = None
+) -> list[Process]:
+    """web (uvicorn; https / wss with ``tls``), the nameserver's remoting endpoint (RocketMQ clients'
+    namesrvAddr), a Celery worker (two processes) and beat; the audits' resident Spark
+    (spark_jobs/server.py) when ``audit_spark_port`` is given."""
     specs = [
-        ("web", uvicorn_argv(port, fast=True)),
+        ("web", uvicorn_argv(port, fast=True, tls=tls)),
         ("namesrv-remoting", remoting_argv(remoting_port)),
         ("worker", celery_worker_argv(concurrency=2)),
         ("beat", celery_beat_argv(DATA_DIR / "celerybeat-schedule")),
@@ -76,15 +79,16 @@ def start_control_plane(port: int, remoting_port: int, env: dict[str, str], audi
     return children
 
 
-def wait_healthy(url: str, watched: Sequence[Watched]) -> None:
-    """Poll /healthz until 200, bailing out early if a child or service dies meanwhile."""
+def wait_healthy(url: str, watched: Sequence[Watched], ca: Path | None = None) -> None:
+    """Poll /healthz until 200 (https: its certificate checked against ``ca``), bailing out early if a
+    child or service dies meanwhile."""
 
     def healthy() -> bool:
         dead = first_dead(watched)
         if dead is not None:
             report_death(dead)
             raise LauncherError(f"{dead.name} died during startup")
-        return http_ok(url, timeout_s=3)
+        return http_ok(url, timeout_s=3, ca=ca)
 
     try:
         wait_until(healthy, HEALTH_TIMEOUT, url, interval_s=0.5)
@@ -95,10 +99,16 @@ def wait_healthy(url: str, watched: Sequence[Watched]) -> None:
 
 
 def ready_banner(
-    base: str, namesrv_addr: str, token_path: Path, admin_token_path: Path | None = None, prometheus_url: str | None = None
+    base: str,
+    namesrv_addr: str,
+    token_path: Path,
+    admin_token_path: Path | None = None,
+    prometheus_url: str | None = None,
+    ca: Path | None = None,
 ) -> str:
     """The block a demo user needs: where to click (the dashboard, the demo's Prometheus when it runs),
-    who to log in as, where the broker token is, how to run the command line."""
+    who to log in as, where the broker token is, how to run the command line; with ``ca`` (TLS), the
+    CA to trust and how the official clients take it."""
     password_file = DATA_DIR / "operator-password"
     login = "operator"
     if password_file.exists():
@@ -113,8 +123,13 @@ def ready_banner(
         ("Broker token", token),
         ("Logs", f"{display_path(LOG_DIR)}/"),
     ]
+    trust = ""
+    if ca is not None:
+        trust = f"SSL_CERT_FILE={display_path(ca)} "
+        rows.append(("TLS CA", f"{display_path(ca)}  (trust it in the browser, or: curl --cacert; docs/acl.md)"))
+        rows.append(("gRPC clients", f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={display_path(ca)} and tls_enable=True"))
     if admin_token_path is not None and admin_token_path.exists():
-        rmqha = f"RMQHA_URL={base} .venv/bin/rmqha --token-file {display_path(admin_token_path)}"
+        rmqha = f"{trust}RMQHA_URL={base} .venv/bin/rmqha --token-file {display_path(admin_token_path)}"
         rows.append(("Command line", f"{rmqha} clusterList"))
     rule = "=" * 72
     body = "\n".join(f"  {label:<13} {value}" for label, value in rows)

@@ -68,5 +68,9 @@ def test_the_demo_prints_no_secret_on_stdout_or_in_any_log(tmp_path, database):
         leaks = [f"{what} in {path}" for path, text in written.items() for what, secret in secrets.items() if secret in text]
         assert leaks == []
         assert "demo-broker.token" in written[out]  # the banner names the file instead
+        # over TLS with the demo's own CA (docs/acl.md "TLS"): its key and the brokers' kept private
+        assert "https://127.0.0.1:" in written[out] and "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH" in written[out]
+        for key in (data / "tls").glob("*-key.pem"):
+            assert key.stat().st_mode & 0o077 == 0, f"{key} is readable by others"
     finally:
         demo.stop()
