@@ -79,6 +79,8 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT, *, plaintext
         env.pop(MULTIPROC_ENV, None)
         multiproc = {**env, MULTIPROC_ENV: str(fresh_multiproc_dir(DATA_DIR / "prometheus-multiproc"))}
         tls = None if plaintext else demo_certificates(DATA_DIR / "tls")
+        if tls is not None:
+            multiproc["DJANGO_HTTPS"] = "1"  # secure cookies, HSTS (docs/acl.md "The control plane's doors")
         children += start_control_plane(port, remoting_port, multiproc, audit_spark_port, tls.control_plane if tls else None)
         watched = [watch(c) for c in children] + services.watched
 
@@ -88,7 +90,7 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT, *, plaintext
 
         brokers = start_demo_brokers(base, token_path, env, tls) if token_path.exists() else []
         children += [b.process for b in brokers]
-        prometheus = start_demo_prometheus(base, prometheus_token_path)
+        prometheus = start_demo_prometheus(base, prometheus_token_path, tls.ca.cert if tls else None)
         if prometheus is not None:
             children.append(prometheus.process)
             watched.append(watch(prometheus.process))
@@ -109,7 +111,7 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT, *, plaintext
         services.stop()
 
 
-def start_demo_prometheus(base: str, token_path: Path) -> Prometheus | None:
+def start_demo_prometheus(base: str, token_path: Path, ca: Path | None = None) -> Prometheus | None:
     """Prometheus on a free port of 127.0.0.1 watching the demo (docs/metrics.md: the control plane's
     /metrics, the brokers through the control plane's discovery, the shipped rules, every 5 s), its data
     in .data/prometheus/; None, after one line saying how to install it, when it is not installed."""
@@ -121,7 +123,7 @@ def start_demo_prometheus(base: str, token_path: Path) -> Prometheus | None:
         log(f"no {display_path(token_path)}; the demo runs without Prometheus")
         return None
     config_path = DATA_DIR / "prometheus.yml"
-    write_config(config_path, base, None, token_file=token_path)
+    write_config(config_path, base, None, token_file=token_path, ca_file=ca)
     prometheus = start(config_path, DATA_DIR / "prometheus", LOG_DIR / "prometheus.log", binary=binary, die_with_parent=True)
     log(f"started prometheus (pid {prometheus.process.pid}, log {display_path(prometheus.process.log_path)})")
     try:

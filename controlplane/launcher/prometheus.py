@@ -64,6 +64,7 @@ def config(
     *,
     token_file: Path | None = None,
     broker_targets: list[str] | None = None,
+    ca_file: Path | None = None,
 ) -> dict:
     """The configuration ``write_config`` writes, as a dict (see there)."""
     web = urllib.parse.urlsplit(web_url.rstrip("/"))
@@ -77,6 +78,8 @@ def config(
         "authorization": authorization,
         "static_configs": [{"targets": [web.netloc]}],
     }
+    tls = {"tls_config": {"ca_file": str(Path(ca_file).resolve())}} if ca_file is not None else {}
+    controlplane.update(tls)
     # honor_labels: the broker's own cluster / broker_addr labels stay as they are (not exported_*); the
     # discovery's broker_name / broker_id are added. The brokers' /metrics take no token: only the
     # discovery request carries it.
@@ -88,6 +91,7 @@ def config(
             "url": f"{web_url.rstrip('/')}{TARGETS_PATH}",
             "refresh_interval": scrape_interval,
             "authorization": dict(authorization),
+            **tls,
         }
         brokers["http_sd_configs"] = [discovery]
     return {
@@ -98,14 +102,7 @@ def config(
 
 
 def write_config(
-    path: Path,
-    web_url: str,
-    token: str | None,
-    rules_path: Path | None = RULES_PATH,
-    scrape_interval: str = "5s",
-    *,
-    token_file: Path | None = None,
-    broker_targets: list[str] | None = None,
+    path: Path, web_url: str, token: str | None, rules_path: Path | None = RULES_PATH, scrape_interval: str = "5s", **options
 ) -> None:
     """Write a Prometheus configuration to ``path`` (mode 600: it may hold the token).
 
@@ -119,8 +116,11 @@ def write_config(
     - ``scrape_interval``: also the rules' evaluation interval and the discovery's refresh interval.
     - ``broker_targets``: the brokers' ``host:metricsPort`` as static targets of job ``rocketmq-broker``;
       None (default) discovers them at ``<web_url>/api/v1/operations/metrics/targets`` (HTTP SD).
+    - ``ca_file``: the CA that signed an https control plane's certificate (the demo's own).
+
+    ``options``, keyword-only, are ``config``'s: ``token_file``, ``broker_targets``, ``ca_file``.
     """
-    body = config(web_url, token, rules_path, scrape_interval, token_file=token_file, broker_targets=broker_targets)
+    body = config(web_url, token, rules_path, scrape_interval, **options)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.touch(mode=0o600, exist_ok=True)
