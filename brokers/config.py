@@ -22,6 +22,7 @@ from pathlib import Path
 import javaproperties
 
 from mqrules import validation
+from mqrules.acl import DEFAULT_SKEW_MS
 from mqrules.keyed_config import BROKER_SECRET_KEYS
 
 from .core.delay_levels import DEFAULT_DELAY_LEVELS, parse_delay_levels
@@ -161,6 +162,19 @@ class BrokerConfig:
     metricsExporterType: str = "PROM"
     metricsPromExporterHost: str = ""
     metricsPromExporterPort: int = 5557
+    # Access control (ACL 2.0, issue 39; brokers/acl.py, docs/acl.md; RocketMQ 5.3's names): every client
+    # request's signature checked against its user's secret key (authentication), and what it asks of
+    # which topic and group against the user's policies (authorization). aclEnable is 4.x's switch: it
+    # turns both on. Users and policies come from the control plane; until they first arrive, every
+    # client request is refused.
+    authenticationEnabled: bool = False
+    authorizationEnabled: bool = False
+    aclEnable: bool = False
+    # Ours: a gRPC signature's x-mq-date-time further than this from the broker's clock is refused (a
+    # captured header cannot be replayed later). rocketmq-python-client stamps that header with its
+    # LOCAL time followed by 'Z', so a client whose clock is outside UTC looks skewed by its UTC offset:
+    # run such clients with TZ=UTC, or raise this above the offset.
+    authenticationSkewMillis: int = DEFAULT_SKEW_MS
     # TLS (brokers/tls.py, docs/acl.md "TLS"; RocketMQ's names where it has them): the gRPC endpoint's mode
     # (disabled | permissive | enforcing, RocketMQ's TlsMode), the certificate and key the broker's
     # listeners present, the cluster CA; ours: mutual TLS with the cluster CA on the HA link and the peer
@@ -214,6 +228,14 @@ class BrokerConfig:
         )
 
     @property
+    def authentication_on(self) -> bool:
+        return self.authenticationEnabled or self.aclEnable
+
+    @property
+    def authorization_on(self) -> bool:
+        return self.authorizationEnabled or self.aclEnable
+
+    @property
     def heartbeat_timeout_millis(self) -> int:
         # RocketMQ sends brokerNotActiveTimeoutMillis only with enableSlaveActingMaster; else the
         # nameserver's default of 120 s applies. We always send a heartbeat, so a short timeout is safe.
@@ -239,7 +261,6 @@ _UNSUPPORTED_KEYS = {
     "transientStorePoolEnable": "the off-heap write buffer",
     "enableLmq": "light message queues",
     "enableMultiDispatch": "multi-dispatch of light message queues",
-    "aclEnable": "ACL; brokers authenticate to the control plane with tokens",
 }
 
 
@@ -422,6 +443,7 @@ def _check(c: BrokerConfig) -> list[str]:
         "flushCommitLogThoroughInterval",
         "syncBrokerMemberGroupPeriod",
         "sendHeartbeatTimeoutMillis",
+        "authenticationSkewMillis",
     ):
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")

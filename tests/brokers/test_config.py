@@ -145,13 +145,32 @@ def test_the_peer_token_falls_back_to_the_control_plane_token_file(tmp_path):
         ({"enablePropertyFilter": "true"}, "enablePropertyFilter: a RocketMQ broker key this broker does not support"),
         ({"transientStorePoolEnable": "true"}, "transientStorePoolEnable: a RocketMQ broker key this broker does not support"),
         ({"enableLmq": "true"}, "enableLmq: a RocketMQ broker key this broker does not support"),
-        ({"aclEnable": "true"}, "aclEnable: a RocketMQ broker key this broker does not support"),
+        ({"authenticationEnabled": "yes"}, "authenticationEnabled: must be true or false"),
+        ({"authenticationSkewMillis": "0"}, "authenticationSkewMillis: must be > 0"),
     ],
 )
 def test_each_problem_is_named(change, problem):
     with pytest.raises(ConfigInvalid) as e:
         from_mapping({**GOOD, **change})
     assert any(p.startswith(problem) for p in e.value.problems), e.value.problems
+
+
+# Access control (issue 39): RocketMQ 5.3's switches, default off; aclEnable (4.x) turns both on.
+@pytest.mark.parametrize(
+    "change, authentication, authorization",
+    [
+        ({}, False, False),
+        ({"authenticationEnabled": "true"}, True, False),
+        ({"authorizationEnabled": "true"}, False, True),
+        ({"authenticationEnabled": "true", "authorizationEnabled": "true"}, True, True),
+        ({"aclEnable": "true"}, True, True),
+    ],
+    ids=["default off", "authentication", "authorization", "both", "aclEnable: the 4.x alias"],
+)
+def test_access_control_switches(change, authentication, authorization):
+    c = from_mapping({**GOOD, **change})
+    assert (c.authentication_on, c.authorization_on) == (authentication, authorization)
+    assert c.authenticationSkewMillis == 15 * 60 * 1000
 
 
 def test_every_problem_is_named_at_once():
