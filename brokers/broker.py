@@ -16,6 +16,7 @@ from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 
+from .acl import AccessControl
 from .admin import BrokerAdmin
 from .config import BrokerConfig
 from .control.members import PUSH as MIN_BROKER_PUSH
@@ -41,8 +42,8 @@ from .store import codec
 from .store.store import FlushDiskType, MessageStore, StoreConfig
 from .tasks import cancel_and_wait
 from .timer import Checkpoint, TimerService
-from .topics import TopicConfig, TopicConfigManager, system_topics
 from .tls import TlsMode, remoting_server_context, replication_client_context
+from .topics import TopicConfig, TopicConfigManager, system_topics
 from .transaction import Resolution
 from .transaction_check import EitherProducers, TransactionChecks
 
@@ -85,6 +86,9 @@ class Broker:
             on_slave_gone=self._sync_state_set_may_change if controller else None,
             alive_in_group=self._alive_in_group if classic_acting else None,
         )
+        # Who may send and receive (brokers/acl.py): the control plane's users and policies, checked by
+        # the client edges; built before the link, whose answers and pushes carry them.
+        self.access = AccessControl(config.authentication_on, config.authorization_on, config.authenticationSkewMillis)
         self.nameserver = NameserverLink(config, self.topics, self._link_hooks(controller, classic_acting))
         self.replicas = (
             ReplicasManager(config, self.store, self.ha, self.nameserver, self.topics, self.permission, on_role=self._on_role)
@@ -226,7 +230,7 @@ class Broker:
 
     def _link_hooks(self, controller: bool, classic_acting: bool) -> LinkHooks:
         """What the nameserver link tells this broker's parts; the link is built before them."""
-        pushes = {"isolate": self._on_isolate, "static_topic": self._on_static_topic}
+        pushes = {"isolate": self._on_isolate, "static_topic": self._on_static_topic, "acl_update": self.access.pushed}
         if controller:
             pushes["notify_broker_role_changed"] = self._role_pushed
         if classic_acting:
@@ -291,7 +295,7 @@ class Broker:
         services = self.services = BrokerServices(
             self.config, self.store, self.topics, self.consumer_meta, self.metalog, ports, self.traffic
         )
-        self.grpc_service = GrpcEndpoint(self.config, services, self.topics)
+        self.grpc_service = GrpcEndpoint(self.config, services, self.topics, self.access)
         self.grpc_server = await serve(self.grpc_service)
         self._revive = loop.create_task(services.consuming.revive_forever(), name="revive")
         self.remoting_service = RemotingEndpoint(
@@ -304,6 +308,7 @@ class Broker:
                 serving=lambda: self.metalog.mode in (MetaMode.WRITER, MetaMode.ACTING),
                 ask_replicas=self._ask_replicas,
             ),
+            self.access,
         )
         self.remoting.handle_all(self.remoting_service.handlers())
         self.remoting.on_closed(self.remoting_service.clients.connection_closed)
@@ -486,7 +491,9 @@ class Broker:
 
     def _on_registered(self, reply: dict) -> None:
         """Every registration answer names the master's HA address and whether an operator isolated
-        this broker: so isolation survives a restart of this process and a push it missed."""
+        this broker: so isolation survives a restart of this process and a push it missed; and the
+        cluster's access-control snapshot (a push it missed only delays a change)."""
+        self.access.registered(reply)
         self.ha.on_master_ha_addr(reply.get("haServerAddr"))
         self._master_addr = reply.get("masterAddr") or None
         if self.services is not None:  # static topics: the poll behind the pushes; a seal not decided is reported again

@@ -35,6 +35,7 @@ from ..topics import TopicConfigManager
 from .consumer import ReceivingHandler
 from .escape import EscapeBridge
 from .forward import Forwarder
+from .guard import AccessCheck, guarded
 from .logical import StaticHops
 from .producers import ProducerStreams
 from .routes import RouteHandler
@@ -101,25 +102,31 @@ class MessagingService(rpc.MessagingServiceServicer):
         receiving: ReceivingHandler,
         transactions: TransactionHandler,
         traffic: Traffic,
+        access: AccessCheck | None = None,
     ):
-        self.QueryRoute = _timed(traffic, "QueryRoute", routes.QueryRoute)
-        self.QueryAssignment = _timed(traffic, "QueryAssignment", routes.QueryAssignment)
-        self.Heartbeat = _timed(traffic, "Heartbeat", routes.Heartbeat)
-        self.Telemetry = routes.Telemetry
-        self.NotifyClientTermination = _timed(traffic, "NotifyClientTermination", routes.NotifyClientTermination)
-        self.SendMessage = _timed(traffic, "SendMessage", sending.SendMessage)
-        self.ReceiveMessage = _timed_stream(traffic, "ReceiveMessage", receiving.ReceiveMessage)
-        self.AckMessage = _timed(traffic, "AckMessage", receiving.AckMessage)
-        self.ChangeInvisibleDuration = _timed(traffic, "ChangeInvisibleDuration", receiving.ChangeInvisibleDuration)
-        self.QueryOffset = _timed(traffic, "QueryOffset", receiving.QueryOffset)
-        self.EndTransaction = _timed(traffic, "EndTransaction", transactions.EndTransaction)
+        """``access``: with access control on, each RPC is refused before its handler runs unless the
+        call is authenticated and authorized (guard.py); refusals are timed like any answer."""
+        g = functools.partial(guarded, access)
+        self.QueryRoute = _timed(traffic, "QueryRoute", g(routes.QueryRoute))
+        self.QueryAssignment = _timed(traffic, "QueryAssignment", g(routes.QueryAssignment))
+        self.Heartbeat = _timed(traffic, "Heartbeat", g(routes.Heartbeat))
+        self.Telemetry = g(routes.Telemetry)
+        self.NotifyClientTermination = _timed(traffic, "NotifyClientTermination", g(routes.NotifyClientTermination))
+        self.SendMessage = _timed(traffic, "SendMessage", g(sending.SendMessage))
+        self.ReceiveMessage = _timed_stream(traffic, "ReceiveMessage", g(receiving.ReceiveMessage))
+        self.AckMessage = _timed(traffic, "AckMessage", g(receiving.AckMessage))
+        self.ChangeInvisibleDuration = _timed(traffic, "ChangeInvisibleDuration", g(receiving.ChangeInvisibleDuration))
+        self.QueryOffset = _timed(traffic, "QueryOffset", g(receiving.QueryOffset))
+        self.EndTransaction = _timed(traffic, "EndTransaction", g(transactions.EndTransaction))
 
 
 class GrpcEndpoint:
     """The gRPC edge. Public for the composition root: ``producers`` (the checks' LocalProducers),
     ``escape`` (an acting master's way out), ``master_changed()`` and ``close()``."""
 
-    def __init__(self, config: BrokerConfig, services: BrokerServices, topics: TopicConfigManager):
+    def __init__(
+        self, config: BrokerConfig, services: BrokerServices, topics: TopicConfigManager, access: AccessCheck | None = None
+    ):
         self.config = config
         http, static, consuming, sending = services.http, services.static, services.consuming, services.sending
         self.producers = ProducerStreams()
@@ -133,6 +140,7 @@ class GrpcEndpoint:
             ReceivingHandler(config, consuming, topics, static, self.hops, self.forwarder),
             TransactionHandler(services.transactions, self.forwarder, sending.forwards),
             services.traffic,
+            access,
         )
 
     def master_changed(self) -> None:

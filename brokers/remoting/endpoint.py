@@ -29,6 +29,7 @@ from ..transaction import TxnNotStored
 from .admin import AdminRequests
 from .clients import ClientRegistry
 from .consumer import ConsumerHandler
+from .guard import AccessCheck, guarded
 from .locks import AskReplicas, LockHandler, RebalanceLocks
 from .sending import PUT_CODES, SendingHandler
 from .server import Connection, Handler
@@ -58,7 +59,9 @@ class RemotingEndpoint:
         topics: TopicConfigManager,
         services: BrokerServices,
         ports: RemotingPorts,
+        access: AccessCheck | None = None,
     ):
+        """``access``: with access control on, every client request is checked first (guard.py)."""
         sending, consuming, static = services.sending, services.consuming, services.static
         self.config, self.store, self.sending, self.transactions, self.ports = (
             config,
@@ -87,6 +90,7 @@ class RemotingEndpoint:
             RequestCode.END_TRANSACTION: self.end_transaction,
             **AdminRequests(config, store, topics, consuming.meta, ports.runtime).handlers(),
         }
+        self._handlers = guarded(access, self._handlers)
 
     def handlers(self) -> dict[int, Handler]:
         return dict(self._handlers)
