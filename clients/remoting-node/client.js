@@ -18,7 +18,8 @@
 //
 // ali-ons has no orderly consumer (it never sends LOCK_BATCH_MQ); --orderly-key sets the message's
 // sharding key, which picks one queue by the key's MD5. It always signs requests (AccessKey, OnsChannel,
-// Signature extFields) with the keys given here: dummy ones, a broker without ACL ignores them.
+// Signature extFields) with the keys given here: --access-key / --secret-key (a user of the cluster's
+// access control, docs/acl.md), else dummy ones, which a broker without ACL ignores.
 // SIGTERM / SIGINT stop the loop; the client is closed, then ``stopped`` is written.
 
 'use strict';
@@ -49,6 +50,8 @@ const { values: args, positionals } = parseArgs({
     'orderly-key': { type: 'string' },
     'timeout-ms': { type: 'string', default: '3000' },
     orderly: { type: 'boolean', default: false },
+    'access-key': { type: 'string' },
+    'secret-key': { type: 'string' },
   },
 });
 const role = positionals[0];
@@ -64,7 +67,8 @@ if (args.orderly) {
 const event = eventWriter(args.out);
 
 const common = {
-  ...DUMMY_KEYS,
+  // --access-key / --secret-key: a user of the cluster's access control (docs/acl.md); else dummy keys
+  ...(args['access-key'] ? { accessKeyId: args['access-key'], accessKeySecret: args['secret-key'] ?? '' } : DUMMY_KEYS),
   nameSrv: args.namesrv.split(';'),
   // required by the constructor, used only to look nameservers up over HTTP (not with nameSrv)
   httpclient: { request: async () => { throw new Error('no HTTP nameserver lookup: nameSrv is given'); } },
