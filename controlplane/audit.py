@@ -135,6 +135,26 @@ BROKER_PROTOCOL_SUFFIXES = (
 WRITE_METHODS = ("POST", "PATCH", "PUT", "DELETE")
 
 
+# Fields whose values are secrets (an ACL user's secret key: ``password`` as RocketMQ's REST names it,
+# ``secretKey`` as the snapshot does): never stored in the audit log, at any depth, in a body or a query.
+SECRET_FIELDS = frozenset({"password", "secretkey", "secret_key", "accesssecret"})
+REDACTED = "<redacted>"
+
+
+def redacted(value: object) -> object:
+    """``value`` with the value of every secret field (``SECRET_FIELDS``, any case) replaced."""
+    if isinstance(value, dict):
+        return {k: REDACTED if isinstance(k, str) and k.lower() in SECRET_FIELDS else redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    return value
+
+
+def _names_a_secret(text_: str) -> bool:
+    lowered = text_.lower()
+    return any(name in lowered for name in SECRET_FIELDS)
+
+
 def request_params(body: bytes, query: dict[str, list[str]], path: str, path_shown: str) -> dict:
     """What an admin REST call asked, as the audit log keeps it: the JSON body's object as sent when
     it can be stored as it is; otherwise the body's text (escaped, cut at MAX_PARAMS_CHARS, with its
@@ -144,14 +164,18 @@ def request_params(body: bytes, query: dict[str, list[str]], path: str, path_sho
         parsed = json.loads(body) if body else {}
     except (ValueError, RecursionError):
         parsed = None
+    parsed = redacted(parsed)
     if isinstance(parsed, dict) and storable(parsed):
         params.update(parsed)
     elif parsed is not None and not isinstance(parsed, dict) and storable(parsed):
         params["body"] = parsed
     elif body:
         shown = text(body.decode("utf-8", "backslashreplace"), MAX_PARAMS_CHARS)
+        if _names_a_secret(shown):  # a body that is no JSON object may still carry a secret: not kept
+            shown = REDACTED
         params.update(raw=shown, bytes=len(body), truncated=len(body) > len(shown) or shown.endswith("…"))
     if query:
+        query = {k: [REDACTED] * len(vs) if k.lower() in SECRET_FIELDS else vs for k, vs in query.items()}
         rendered = {text(k, 200): [text(v, 500) for v in vs] for k, vs in query.items()}
         params["query"] = rendered if storable(rendered) else {"rendered": text(_render(rendered), MAX_PARAMS_CHARS)}
     if path_shown != path:

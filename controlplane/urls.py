@@ -33,6 +33,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="api-redoc"),
     *([path("api/v1/nameserver/", include("nameserver.urls"))] if "nameserver" in settings.CONTROLPLANE_ROLES else []),
+    # ACL 2.0 users and policies of a cluster (docs/acl.md): the nameserver's, which hands them to the brokers
+    *([path("api/v1/clusters/", include("nameserver.acl_urls"))] if "nameserver" in settings.CONTROLPLANE_ROLES else []),
     *(
         [path("api/v1/controller/", include("controlplane.controller.urls"))]
         if "controller" in settings.CONTROLPLANE_ROLES

@@ -15,7 +15,7 @@ from controlplane import ws
 from controlplane.errors import ApiError
 from mqrules import validation as v
 
-from . import api, broker_status, liveness, metrics, services, static_topics
+from . import acl_selectors, api, broker_status, liveness, metrics, services, static_topics
 from .core.broker_status import parse_report
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,11 @@ async def register(connection: ws.BrokerConsumer, payload: dict) -> dict:
     # Checked by api.register. The static-topic mappings naming this broker set: the poll behind the
     # pushes (brokers/static.py).
     reply["staticTopics"] = await database_sync_to_async(static_topics.mappings_for)(payload["brokerName"])
+    # The cluster's ACL 2.0 snapshot (users with secret keys, policies, version): the poll behind the
+    # acl_update pushes (nameserver/acl.py). Absent when it cannot be decrypted: the broker keeps its own.
+    acl_snapshot = await database_sync_to_async(acl_selectors.snapshot_for)(payload["clusterName"])
+    if acl_snapshot is not None:
+        reply["acl"] = acl_snapshot
     member = liveness.member(payload["clusterName"], payload["brokerAddr"])
     bound = connection.bound(BOUND)
     if member not in bound:

@@ -126,3 +126,64 @@ class StaticTopicChange(models.Model):
     class Meta:
         ordering = ["topic_id", "epoch"]
         constraints = [models.UniqueConstraint(fields=["topic", "epoch"], name="static_topic_one_change_per_epoch")]
+
+
+class AclUser(models.Model):
+    """An ACL 2.0 user of one cluster (issue 39, mqrules/acl.py): the access key clients sign with, its
+    secret key encrypted at rest (controlplane/secretbox.py; never stored, logged or answered in clear),
+    Super or Normal, enabled or not. Changed only by nameserver/acl.py, under the cluster's version row."""
+
+    class UserType(models.TextChoices):
+        SUPER = "Super"
+        NORMAL = "Normal"
+
+    class UserStatus(models.TextChoices):
+        ENABLE = "enable"
+        DISABLE = "disable"
+
+    cluster_name = models.CharField(max_length=255)
+    username = models.CharField(max_length=255)
+    secret_key_encrypted = models.TextField()  # a Fernet token
+    user_type = models.CharField(max_length=16, choices=UserType.choices, default=UserType.NORMAL)
+    user_status = models.CharField(max_length=16, choices=UserStatus.choices, default=UserStatus.ENABLE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster_name", "username"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster_name", "username"], name="acl_user_unique_in_cluster"),
+            models.CheckConstraint(condition=~Q(username=""), name="acl_user_username_not_empty"),
+            models.CheckConstraint(condition=~Q(secret_key_encrypted=""), name="acl_user_secret_not_empty"),
+            models.CheckConstraint(condition=Q(user_type__in=["Super", "Normal"]), name="acl_user_type_valid"),
+            models.CheckConstraint(condition=Q(user_status__in=["enable", "disable"]), name="acl_user_status_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_name}/{self.username}"
+
+
+class AclPolicy(models.Model):
+    """A user's ACL policy: its entries as ``mqrules.acl.entry_as_dict`` gives them, one per resource.
+    One per user; it goes with its user."""
+
+    user = models.OneToOneField(AclUser, on_delete=models.CASCADE, related_name="policy")
+    entries = models.JSONField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["user_id"]
+        constraints = [models.CheckConstraint(condition=~Q(entries=[]), name="acl_policy_not_empty")]
+
+
+class AclVersion(models.Model):
+    """A cluster's ACL version: raised in the transaction of every change of its users or policies, taken
+    with ``SELECT ... FOR UPDATE`` first, so one cluster's changes take turns; brokers keep the highest
+    snapshot version they have seen (the ``acl_update`` push and the registration answer's ``acl``)."""
+
+    cluster_name = models.CharField(max_length=255, primary_key=True)
+    version = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(version__gte=0), name="acl_version_not_negative")]

@@ -48,6 +48,7 @@ SERVER_LOG_LINES = 40
 CLUSTER, OTHER_CLUSTER = "fuzz-cluster", "fuzz-other"
 BROKER_SET, OTHER_SET = "fuzz-broker-a", "fuzz-broker-c"
 TOPIC, CREATED_TOPIC, OTHER_TOPIC = "FuzzOrders", "FuzzPayments", "FuzzOther"
+ACL_USER = "fuzz-alice"
 HEARTBEAT_TIMEOUT_MS = 3_600_000  # the seeded brokers stay alive for the whole run
 
 
@@ -221,6 +222,14 @@ def seed_cluster(base: str, admin_token: str, broker_token: str) -> dict[str, li
             202,
         )
         run = _ok(admin.post(f"{base}/api/v1/audits/runs"), 202)  # no Celery worker here: it stays queued
+        # An ACL user with a policy (docs/acl.md), for the users' and policies' operations to find.
+        acl = f"{base}/api/v1/clusters/{CLUSTER}/acl"
+        _ok(admin.post(f"{acl}/users", json={"username": ACL_USER, "password": "fuzz-secret"}))
+        _ok(
+            admin.post(
+                f"{acl}/policies", json={"subject": ACL_USER, "entries": [{"resources": [f"Topic:{TOPIC}"], "actions": ["Pub"]}]}
+            )
+        )
     return {
         "clusters": [CLUSTER, OTHER_CLUSTER],
         "broker_names": [BROKER_SET, OTHER_SET],
@@ -229,6 +238,8 @@ def seed_cluster(base: str, admin_token: str, broker_token: str) -> dict[str, li
         "topics": [TOPIC, CREATED_TOPIC, OTHER_TOPIC],
         "run_ids": [run["id"]],
         "run_refs": [str(run["id"]), "latest"],
+        "acl_users": [ACL_USER],
+        "acl_subjects": [ACL_USER, f"User:{ACL_USER}"],
     }
 
 
@@ -236,13 +247,15 @@ def seed_cluster(base: str, admin_token: str, broker_token: str) -> dict[str, li
 
 # Which request values are drawn from the seeded state (half of the time; the other half is generated).
 BINDINGS = {
-    "clusters": ["query.clusterName", "body.clusterName"],
+    "clusters": ["query.clusterName", "body.clusterName", "path.cluster"],
     "broker_names": ["path.broker_name", "query.brokerName", "body.brokerName", "body.brokerNames[*]"],
     "broker_addrs": ["body.brokerAddr", "body.brokerAddress"],
     "broker_ids": ["body.brokerId", "body.masterBrokerId", "body.appliedBrokerId"],
     "topics": ["path.topic", "body.topicName"],
     "run_ids": ["path.run_id"],
     "run_refs": ["query.run"],
+    "acl_users": ["path.username", "body.username"],
+    "acl_subjects": ["body.subject"],
 }
 
 
@@ -260,6 +273,10 @@ RULES_OUTSIDE_THE_SCHEMA = {
     "updateStaticTopic": "each broker set once: 400 + 29 (docs/static-topics.md)",
     "remappingStaticTopic": "a logical queue beyond the topic's, one already on its target, one named twice, "
     "a drain into itself: 400 + 29 (docs/static-topics.md)",
+    "createAcl": "at most 256 entries once one per resource, with the policy's own; an IPv6-looking source IP "
+    "that is none: 400 + 29 (docs/acl.md)",
+    "updateAcl": "at most 256 entries once one per resource, with the policy's own; an IPv6-looking source IP "
+    "that is none: 400 + 29 (docs/acl.md)",
 }
 # One schema serves every caller, but a broker token elects only itself, so its election names its
 # brokerId, which an operator's automatic election leaves out (docs/api.md, Controller).

@@ -95,6 +95,7 @@ def test_register_then_heartbeat_over_the_socket(broker_token):
                 "haServerAddr": None,
                 "isolated": False,
                 "staticTopics": [],
+                "acl": {"version": 0, "users": [], "policies": []},
             },
         }
         reply = await call(ws, "heartbeat", {"clusterName": "c1", "brokerAddr": M, "brokerName": "b1"}, seq=8)

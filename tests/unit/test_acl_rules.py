@@ -7,6 +7,7 @@ import pytest
 from rocketmq.v5.util.signature import Signature
 
 from mqrules.acl import (
+    AclSnapshot,
     Action,
     Decision,
     PolicyEntry,
@@ -21,10 +22,13 @@ from mqrules.acl import (
     authenticate_remoting,
     authorize,
     entry_as_dict,
+    lockouts,
     parse_entries,
     remoting_content,
     remoting_signature,
     signed_at_ms,
+    snapshot_from_wire,
+    snapshot_wire,
 )
 
 pytestmark = pytest.mark.unit
@@ -262,3 +266,127 @@ def test_a_policy_in_mqadmins_form_round_trips():
     assert all(e.decision is Decision.DENY and e.actions == {A.PUB, A.SUB} and e.source_ips == ("10.1.0.0/16",) for e in entries)
     again, _ = parse_entries([entry_as_dict(e) for e in entries])
     assert again == entries
+
+
+# --- the snapshot brokers get, and the preview of a change -----------------------------------------------
+
+ALICE = User("alice", "alice-secret")
+BOB = User("bob", "bob-secret", UserType.SUPER)
+PUB_ORDERS = PolicyEntry(Resource.parse("Topic:Orders"), frozenset({A.PUB}))
+SUB_ALL = PolicyEntry(Resource.parse("Topic:*"), frozenset({A.SUB}))
+GROUP_G = PolicyEntry(Resource.parse("Group:G"), frozenset({A.SUB}))
+DENY_ORDERS = PolicyEntry(Resource.parse("Topic:Orders"), frozenset({A.ALL}), Decision.DENY)
+FROM_10 = PolicyEntry(Resource.parse("Topic:Orders"), frozenset({A.PUB}), source_ips=("10.0.0.0/8",))
+
+
+@pytest.mark.parametrize(
+    ("version", "users", "policies"),
+    [
+        pytest.param(0, [], {}, id="empty"),
+        pytest.param(3, [ALICE], {}, id="a-user-without-a-policy"),
+        pytest.param(7, [ALICE, BOB], {"alice": [PUB_ORDERS, SUB_ALL, GROUP_G]}, id="users-and-a-policy"),
+        pytest.param(
+            9,
+            [User("carol", "s", UserType.NORMAL, UserStatus.DISABLE)],
+            {"carol": [FROM_10, DENY_ORDERS]},
+            id="disabled-ips-deny",
+        ),
+    ],
+)
+def test_a_snapshot_round_trips_through_its_wire_form(version, users, policies):
+    wire = snapshot_wire(version, users, policies)
+    back = snapshot_from_wire(wire)
+    assert back.version == version
+    assert dict(back.users) == {u.username: u for u in users}
+    assert {k: set(v) for k, v in back.policies.items()} == {k: set(v) for k, v in policies.items()}
+    assert all(u["secretKey"] == next(x.secret_key for x in users if x.username == u["username"]) for u in wire["users"])
+
+
+GOOD = snapshot_wire(1, [ALICE], {"alice": [PUB_ORDERS]})
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        pytest.param({**GOOD, "version": -1}, id="negative-version"),
+        pytest.param({**GOOD, "version": True}, id="boolean-version"),
+        pytest.param({**GOOD, "version": "1"}, id="text-version"),
+        pytest.param({k: v for k, v in GOOD.items() if k != "users"}, id="no-users"),
+        pytest.param({**GOOD, "users": [{"username": "x"}]}, id="user-without-secret"),
+        pytest.param({**GOOD, "users": [{**GOOD["users"][0], "userType": "Root"}]}, id="unknown-user-type"),
+        pytest.param(
+            {**GOOD, "policies": [{"username": "alice", "entries": [{"resource": "Topic:", "actions": ["Pub"]}]}]}, id="bad-entry"
+        ),
+        pytest.param({**GOOD, "policies": None}, id="policies-not-a-list"),
+    ],
+)
+def test_a_malformed_snapshot_is_refused(wire):
+    with pytest.raises(ValueError):
+        snapshot_from_wire(wire)
+
+
+def _snap(users, policies) -> AclSnapshot:
+    return AclSnapshot(1, {u.username: u for u in users}, {k: tuple(v) for k, v in policies.items()})
+
+
+ORDERS, OTHER, G = Resource.topic("Orders"), Resource.topic("Other"), Resource.group("%RETRY%G")
+KNOWN = [ORDERS, OTHER, G]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        pytest.param(
+            _snap([ALICE], {"alice": [PUB_ORDERS]}),
+            _snap([ALICE], {"alice": [PUB_ORDERS, SUB_ALL]}),
+            [],
+            id="granting-locks-nobody-out",
+        ),
+        pytest.param(
+            _snap([ALICE], {"alice": [PUB_ORDERS, SUB_ALL]}),
+            _snap([ALICE], {"alice": [PUB_ORDERS]}),
+            [("alice", "Topic:Orders", "Sub"), ("alice", "Topic:Other", "Sub")],
+            id="a-revoked-wildcard",
+        ),
+        pytest.param(
+            _snap([ALICE], {"alice": [PUB_ORDERS, GROUP_G]}),
+            _snap([], {}),
+            [("alice", "Group:G", "Sub"), ("alice", "Topic:Orders", "Pub")],
+            id="a-deleted-user",
+        ),
+        pytest.param(
+            _snap([ALICE], {"alice": [PUB_ORDERS, SUB_ALL]}),
+            _snap([ALICE], {"alice": [PUB_ORDERS, SUB_ALL, DENY_ORDERS]}),
+            [("alice", "Topic:Orders", "Pub"), ("alice", "Topic:Orders", "Sub")],
+            id="a-deny-wins",
+        ),
+        pytest.param(
+            _snap([ALICE], {"alice": [PUB_ORDERS]}),
+            _snap([User("alice", "", status=UserStatus.DISABLE)], {"alice": [PUB_ORDERS]}),
+            [("alice", "Topic:Orders", "Pub")],
+            id="a-disabled-user",
+        ),
+        pytest.param(
+            _snap([BOB], {}),
+            _snap([User("bob", "", UserType.NORMAL)], {}),
+            [
+                ("bob", r.key, a)
+                for r, a in sorted(
+                    [(ORDERS, "Pub"), (ORDERS, "Sub"), (OTHER, "Pub"), (OTHER, "Sub"), (G, "Sub")], key=lambda x: (x[0].key, x[1])
+                )
+            ],
+            id="a-super-user-made-normal",
+        ),
+        pytest.param(
+            _snap([ALICE], {"alice": [PUB_ORDERS]}),
+            _snap([ALICE], {"alice": [FROM_10]}),
+            [],
+            id="narrowed-to-source-ips-is-still-allowed-from-them",
+        ),
+        pytest.param(_snap([], {}), _snap([ALICE], {"alice": [PUB_ORDERS]}), [], id="a-new-user"),
+    ],
+)
+def test_lockouts_name_what_a_change_takes_away(before, after, expected):
+    found = lockouts(before, after, KNOWN)
+    assert [(lo.username, lo.resource, lo.action) for lo in found] == expected
+    assert all(lo.reason for lo in found)
