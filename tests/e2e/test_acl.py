@@ -34,6 +34,7 @@ from mqrules.remoting.frame import RemotingCommand, encode_frame
 from testkit.brokers import BrokerPorts, broker_keys, write_broker_conf
 from testkit.procs import ROOT, python, wait_until
 from testkit.remoting import RemotingClient
+from tests.conftest import clear_redis
 from tests.e2e.test_broker_membership import start_broker, wait_for
 from tests.e2e.test_remoting_clients import alive_and, remoting_nameserver
 from tests.procs import create_topic, uvicorn_server
@@ -80,11 +81,20 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=30)
 
 
+@pytest.fixture(autouse=True)
+def clean_state():
+    """Overrides tests/conftest.py's, which empties Redis before every case: here the cases share the
+    module fixture's processes, whose liveness and websocket bindings (where the control plane's pushes
+    go) must outlive each case. The module fixture starts from an empty Redis instead."""
+    yield
+
+
 @pytest.fixture(scope="module")
 def cluster(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Cluster]:
     """The control plane with the users and policies, and one broker enforcing them. The tests touch no
     database of their own: what the fixture wrote stays for every case, and is flushed at the end."""
     tmp = tmp_path_factory.mktemp("acl")
+    clear_redis()
     with django_db_blocker.unblock():
         broker_token = ApiToken.issue("acl-broker", "broker")[1]
         admin = {"Authorization": f"Bearer {ApiToken.issue('acl-admin', 'admin')[1]}"}
