@@ -15,7 +15,7 @@ from controlplane.operations import broker_admin, drill
 from controlplane.operations.refused import Refused
 from mqrules import validation as v
 
-from . import actions, topic_admin
+from . import acl_admin, actions, topic_admin
 from .permissions import is_operator
 
 log = logging.getLogger(__name__)
@@ -158,6 +158,42 @@ def update_topic(request: HttpRequest) -> dict:
 def delete_topic(request: HttpRequest, topic: str) -> dict:
     """Delete a topic everywhere or on ``brokerNames``; ``preview``: its queues, messages and consumer groups."""
     return topic_admin.delete_topic(request.user.get_username(), topic, _body(request))
+
+
+def _acl_change(request: HttpRequest, cluster: str, change) -> dict:
+    """An ACL change of ``cluster`` (dashboards/acl_admin.py); ``preview``: the service's dry run, the lockouts."""
+    data = _body(request)
+    return change(request.user.get_username(), cluster, data, _preview(data))
+
+
+@require_POST
+@_operator_action
+def acl_create_user(request: HttpRequest, cluster: str) -> dict:
+    return _acl_change(request, cluster, acl_admin.create_user)
+
+
+@require_POST
+@_operator_action
+def acl_update_user(request: HttpRequest, cluster: str) -> dict:
+    return _acl_change(request, cluster, acl_admin.update_user)
+
+
+@require_POST
+@_operator_action
+def acl_delete_user(request: HttpRequest, cluster: str) -> dict:
+    return _acl_change(request, cluster, acl_admin.delete_user)
+
+
+@require_POST
+@_operator_action
+def acl_put_policy(request: HttpRequest, cluster: str) -> dict:
+    return _acl_change(request, cluster, acl_admin.put_policy)
+
+
+@require_POST
+@_operator_action
+def acl_delete_policy(request: HttpRequest, cluster: str) -> dict:
+    return _acl_change(request, cluster, acl_admin.delete_policy)
 
 
 def _operation(call):

@@ -16,9 +16,9 @@ from controlplane.isolation import isolated_addrs
 from controlplane.operations import drill
 from controlplane.operations import headroom as operations_headroom
 from mqrules.topic_attributes import message_type_of
-from nameserver import broker_status, static_topics, water_levels, wire
+from nameserver import acl_selectors, broker_status, static_topics, water_levels, wire
 from nameserver import selectors as ns
-from nameserver.models import BrokerGroup, TopicQueue
+from nameserver.models import AclVersion, BrokerGroup, TopicQueue
 from nameserver.settings_store import current_config as nameserver_config
 
 from . import acting_master
@@ -329,6 +329,23 @@ def topic_targets() -> dict:
         "clusters": sorted({cluster for cluster, _ in rows}),
         "brokerSets": [{"cluster": cluster, "brokerName": name} for cluster, name in rows],
     }
+
+
+def acl_clusters() -> list[str]:
+    """The clusters whose users and policies the Access control page offers: those the registry knows,
+    and those that have had an ACL change (their brokers may all be gone)."""
+    registered = BrokerGroup.objects.values_list("cluster_name", flat=True).distinct()
+    return sorted({*registered, *AclVersion.objects.values_list("cluster_name", flat=True)})
+
+
+def acl_view(cluster: str) -> dict:
+    """A cluster's users (listUser: never a secret) each with its policy's entries (listAcl), and the version."""
+    entries = {p["username"]: p["entries"] for p in acl_selectors.policies(cluster)}
+    users = [
+        {**acl_selectors.user_dict(row), "entries": entries.get(row.username, [])}
+        for row in sorted(acl_selectors.users(cluster), key=lambda r: r.username)
+    ]
+    return {"version": acl_selectors.version(cluster), "users": users}
 
 
 def queue_datas(topic: str, broker_names: list[str] | None = None) -> list[dict]:

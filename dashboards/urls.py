@@ -46,6 +46,7 @@ urlpatterns = [
     path("static-topics/make-static", action_views.make_static, name="make-static-topic"),
     path("config/", views.config, name="config"),
     path("audit/", views.audit, name="audit"),
+    path("acl/", views.acl, name="acl"),
     # Operator actions (action_views.py): JSON, operators only, CSRF
     path("groups/<brokername:broker_name>/elect-preview", action_views.elect_preview, name="elect-preview"),
     path("groups/<brokername:broker_name>/elect", action_views.elect, name="elect"),
@@ -53,4 +54,9 @@ urlpatterns = [
     path("groups/<brokername:broker_name>/write-perm", action_views.write_perm, name="write-perm"),
     path("groups/<brokername:broker_name>/clean", action_views.clean, name="clean"),
     path("groups/<brokername:broker_name>/drill", action_views.drill_run, name="drill"),
+    path("acl/<brokername:cluster>/create-user", action_views.acl_create_user, name="acl-create-user"),
+    path("acl/<brokername:cluster>/update-user", action_views.acl_update_user, name="acl-update-user"),
+    path("acl/<brokername:cluster>/delete-user", action_views.acl_delete_user, name="acl-delete-user"),
+    path("acl/<brokername:cluster>/policy", action_views.acl_put_policy, name="acl-put-policy"),
+    path("acl/<brokername:cluster>/delete-policy", action_views.acl_delete_policy, name="acl-delete-policy"),
 ]

@@ -24,6 +24,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from controlplane.controller import selectors as ctl_selectors
 from controlplane.models import OperatorAction
 from mqrules.topic_attributes import TOPIC_MESSAGE_TYPES
+from nameserver.acl_serializers import ACTIONS, DECISIONS, USER_STATUSES, USER_TYPES
 from nameserver.core.perm import Perm
 
 from . import selectors
@@ -327,6 +328,38 @@ def config(request):
     configs = selectors.configs()
     sections = [(name, configs.get(name, [])) for name in ("controller", "nameserver")]
     return _page(request, "dashboards/config.html", {"sections": sections})
+
+
+@login_required
+@ensure_csrf_cookie
+def acl(request):
+    """A cluster's ACL 2.0 users (never their secret keys) and their policies' entries, with the version
+    (``?cluster=``; by default the first known); operators change them, each change previewed first with
+    the clients it would lock out (dashboards/acl_admin.py)."""
+    clusters = selectors.acl_clusters()
+    cluster = request.GET.get("cluster") or (clusters[0] if clusters else None)
+    if cluster is not None and cluster not in clusters:
+        raise Http404(f"no cluster named {cluster!r}")
+    operator = is_operator(request.user)
+    actions = (
+        {
+            name: reverse(f"dashboards:acl-{name.replace('_', '-')}", args=[cluster])
+            for name in ("create_user", "update_user", "delete_user", "put_policy", "delete_policy")
+        }
+        if operator and cluster is not None
+        else None
+    )
+    return _page(
+        request,
+        "dashboards/acl.html",
+        {
+            "clusters": clusters,
+            "cluster": cluster,
+            "acl": selectors.acl_view(cluster) if cluster is not None else None,
+            "actions": actions,
+            "choices": {"types": USER_TYPES, "statuses": USER_STATUSES, "actions": ACTIONS, "decisions": DECISIONS},
+        },
+    )
 
 
 @login_required
