@@ -48,8 +48,9 @@ CACHE_LIMIT = 4096  # entries of each cache; past it the cache starts over
 
 
 class AccessControl:
-    """``enabled``: whether the edges check at all (else they are not wrapped: the disabled path costs
-    nothing). ``registered(reply)`` and ``pushed(payload)`` take snapshots from the control plane."""
+    """``enabled``: whether the edges check at all, read at every call (``switch`` changes it on a running
+    broker). ``registered(reply)`` and ``pushed(payload)`` take snapshots from the control plane, whether
+    or not the edges check, so that switching on finds the cluster's users already here."""
 
     def __init__(self, authentication: bool, authorization: bool, skew_ms: int, clock: Callable[[], float] = time.time):
         self.authentication, self.authorization, self.skew_ms = authentication, authorization, skew_ms
@@ -62,6 +63,14 @@ class AccessControl:
     @property
     def enabled(self) -> bool:
         return self.authentication or self.authorization
+
+    def switch(self, authentication: bool, authorization: bool) -> None:
+        """An operator turned the checks on or off on the running broker (updateBrokerConfig): the edges
+        read ``enabled`` at every call. The snapshot is kept whether or not they check."""
+        if (authentication, authorization) != (self.authentication, self.authorization):
+            log.warning("access control: authentication %s, authorization %s", authentication, authorization)
+        self.authentication, self.authorization = authentication, authorization
+        self._judgements.clear()
 
     @property
     def version(self) -> int | None:

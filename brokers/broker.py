@@ -539,6 +539,7 @@ class Broker:
         c = self.config
         self.ha.config_changed()  # QuorumConfig: inSyncReplicas ... slaveTimeout
         self.metalog.revive_after_takeover_ms = c.popReviveAfterTakeoverMillis
+        self.access.switch(c.authentication_on, c.authorization_on)  # the edges read them at every call
         if self.services is not None:
             transactions = self.services.transactions
             transactions.timeout_ms, transactions.check_max = c.transactionTimeOut, c.transactionCheckMax

@@ -518,6 +518,11 @@ DYNAMIC_KEYS = frozenset(
         "diskSpaceWarningLevelRatio",
         "cleanFileForciblyEnable",
         "destroyMapedFileIntervalForcibly",
+        # Access control (brokers/acl.py): switched on and off while clients keep their connections
+        # (docs/acl.md "Turning access control on in a running cluster").
+        "authenticationEnabled",
+        "authorizationEnabled",
+        "aclEnable",
     }
 )
 

@@ -5,8 +5,8 @@ it) before its handler runs, so nothing is changed and nothing stored. A refused
 one response with the status; a refused Telemetry stream one command with the status, then ends.
 
 This module reads the names out of each request (``GrpcNames``); what they ask is brokers/core/access.py's
-table, the judgement brokers/acl.py's. Wrapped only when access control is on (the servicer gets its
-handlers as they are otherwise).
+table, the judgement brokers/acl.py's. Whether it checks at all is read at every call, so that an operator
+can switch access control on and off on a running broker (docs/acl.md).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 from mqrules.acl import Judgement, Verdict
 
 from ..core.access import Ask, GrpcCall, GrpcNames, grpc_asks
+from ..tls_front import client_address
 
 log = logging.getLogger("brokers.grpc.acl")
 
@@ -79,7 +80,9 @@ def status_of(judgement: Judgement) -> pb.Status:
 
 def _judge(access: AccessCheck, call: GrpcCall, request: Any, context) -> Judgement:
     names = _NAMES[call](request) if request is not None else GrpcNames()
-    judgement = access.check_grpc(context.invocation_metadata() or (), peer_ip(context.peer()), grpc_asks(call, names))
+    # Through a permissive mode's front the peer is the front's connection: the client's address is the front's.
+    address = peer_ip(client_address(context.peer()))
+    judgement = access.check_grpc(context.invocation_metadata() or (), address, grpc_asks(call, names))
     if not judgement.allowed:
         log.debug("refused %s from %s: %s", call.value, context.peer(), judgement.detail)
     return judgement
@@ -88,7 +91,7 @@ def _judge(access: AccessCheck, call: GrpcCall, request: Any, context) -> Judgem
 def guarded(access: AccessCheck | None, method):
     """``method`` (a handler's RPC, named as service.proto names it) refused as this module says, or
     ``method`` itself when access control is off."""
-    if access is None or not access.enabled:
+    if access is None:
         return method
     call = GrpcCall(method.__name__)
     if call is GrpcCall.TELEMETRY:
@@ -98,6 +101,8 @@ def guarded(access: AccessCheck | None, method):
     response_type = getattr(spb, f"{call.value}Response")
 
     async def unary(request, context):
+        if not access.enabled:  # switched off (updateBrokerConfig): one attribute read
+            return await method(request, context)
         judgement = _judge(access, call, request, context)
         if not judgement.allowed:
             return response_type(status=status_of(judgement))
@@ -108,8 +113,8 @@ def guarded(access: AccessCheck | None, method):
 
 def _server_stream(access: AccessCheck, call: GrpcCall, method):
     async def stream(request, context):
-        judgement = _judge(access, call, request, context)
-        if not judgement.allowed:
+        judgement = _judge(access, call, request, context) if access.enabled else None
+        if judgement is not None and not judgement.allowed:
             yield spb.ReceiveMessageResponse(status=status_of(judgement))
             return
         async for response in method(request, context):
@@ -122,8 +127,8 @@ def _stream_stream(access: AccessCheck, method):
     """Telemetry: the caller is authenticated when the stream opens (it asks nothing more)."""
 
     async def stream(request_iterator, context):
-        judgement = _judge(access, GrpcCall.TELEMETRY, None, context)
-        if not judgement.allowed:
+        judgement = _judge(access, GrpcCall.TELEMETRY, None, context) if access.enabled else None
+        if judgement is not None and not judgement.allowed:
             yield spb.TelemetryCommand(status=status_of(judgement))
             return
         async for command in method(request_iterator, context):

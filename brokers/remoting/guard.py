@@ -32,14 +32,17 @@ class AccessCheck(Protocol):
 
 
 def guarded(access: AccessCheck | None, handlers: Mapping[int, Handler]) -> dict[int, Handler]:
-    """``handlers`` (by request code), each refused as this module says; as they are when access control is off."""
-    if access is None or not access.enabled:
+    """``handlers`` (by request code), each refused as this module says while access control is on (read
+    at every request: it can be switched on a running broker)."""
+    if access is None:
         return dict(handlers)
     return {code: _guard(access, code, handler) for code, handler in handlers.items()}
 
 
 def _guard(access: AccessCheck, code: int, handler: Handler) -> Handler:
     async def call(request: RemotingCommand, connection: Connection) -> RemotingCommand | None:
+        if not access.enabled:  # switched off (updateBrokerConfig): one attribute read
+            return await handler(request, connection)
         ip = connection.remote.rsplit(":", 1)[0] if connection is not None else None
         fields = request.ext_fields or {}
         try:

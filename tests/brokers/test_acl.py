@@ -272,10 +272,30 @@ def test_a_refused_receive_answers_one_status_and_a_refused_telemetry_ends():
     assert handler.ran == []
 
 
-def test_with_access_control_off_the_handlers_are_not_wrapped():
+def test_access_control_switches_on_and_off_on_a_running_broker():
+    """updateBrokerConfig of authenticationEnabled / authorizationEnabled: the wrapped edges read the
+    switch at every call, and the snapshot taken while off is there when it is switched on."""
     handler = Handler()
     control = access(authentication=False, authorization=False)
-    assert guarded(control, handler.SendMessage) == handler.SendMessage
+    control.apply(wire(1), "registration answer")
+    send = guarded(control, handler.SendMessage)
+
+    async def stored(request, connection):
+        return request.response(ResponseCode.SUCCESS)
+
+    remoting = remoting_guard.guarded(control, {RequestCode.SEND_MESSAGE_V2: stored})
+    refused = send_request("Bills")
+
+    def codes() -> tuple[int, int]:
+        grpc_code = asyncio.run(send(refused, Context(signed(sk="x")))).status.code
+        request = remoting_request(RequestCode.SEND_MESSAGE_V2, {"a": "p", "b": "Bills"}, b"x", sk="x")
+        return grpc_code, asyncio.run(remoting[RequestCode.SEND_MESSAGE_V2](request, Connection())).code
+
+    assert codes() == (pb.Code.OK, ResponseCode.SUCCESS)  # off: every call reaches its handler
+    control.switch(True, True)
+    assert codes() == (pb.Code.UNAUTHORIZED, ResponseCode.NO_PERMISSION)
+    control.switch(False, False)
+    assert codes() == (pb.Code.OK, ResponseCode.SUCCESS)
     assert guarded(None, handler.SendMessage) == handler.SendMessage
 
 

@@ -285,6 +285,28 @@ def test_a_policy_change_reaches_the_running_broker(cluster):
     print(f"the policy change took effect {took * 1000:.0f} ms after its REST call ({(time.monotonic() - started):.2f} s)")
 
 
+def switch(c: Cluster, on: bool) -> dict:
+    """updateBrokerConfig of both switches, through the control plane to the running broker."""
+    value = "true" if on else "false"
+    body = {"brokerName": BROKER, "updates": {"authenticationEnabled": value, "authorizationEnabled": value}}
+    r = httpx.post(f"{c.base}/api/v1/operations/brokers/config", headers=c.admin, json=body, timeout=15)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_access_control_switches_off_and_on_on_the_running_broker(cluster):
+    """docs/acl.md's rollout: the switches change without a restart, and a client's connection sees each
+    change at its next call."""
+    assert call(cluster, "nobody", "SendMessage", send_request(), sk="guess").status.code == UNAUTHORIZED
+    switch(cluster, False)
+    before = stored(cluster)
+    assert call(cluster, "nobody", "SendMessage", send_request(), sk="guess").status.code == pb.Code.OK
+    assert stored(cluster) == before + 1
+    switch(cluster, True)
+    assert call(cluster, "nobody", "SendMessage", send_request(), sk="guess").status.code == UNAUTHORIZED
+    assert stored(cluster) == before + 1
+
+
 def test_a_broker_restarted_during_a_policy_change_enforces_the_latest_at_once(cluster):
     """The broker is down while alice loses Pub; from its first answer on it never lets her send: it
     refuses everything until its registration answer brings the snapshot (fail closed), then by it."""
