@@ -21,7 +21,7 @@ from .common import (
     stop_children,
     watch,
 )
-from .demo_brokers import demo_certificates, start_demo_brokers
+from .demo_brokers import demo_acl_keys, demo_certificates, start_demo_brokers
 from .processes import manage, ready_banner, start_control_plane, wait_healthy
 from .prometheus import INSTALL_HINT, MULTIPROC_ENV, Prometheus, find_binary, fresh_multiproc_dir, start, wait_ready, write_config
 from .services import resolve_services
@@ -67,6 +67,8 @@ def cmd_demo(port: int, remoting_port: int = DEFAULT_REMOTING_PORT, *, plaintext
         ensure_port_free(port)  # re-check: setup took a while
         ensure_port_free(remoting_port, variable="NAMESRV_PORT")
         env = child_env()
+        # ACL users' secret keys are stored encrypted (docs/acl.md): the operator's key, else the demo's own.
+        env.setdefault("RMQHA_ACL_KEYS", demo_acl_keys(DATA_DIR / "acl.keys"))
         # The audits' resident Spark (spark_jobs/server.py), unless one is configured: runs then skip
         # starting and warming a JVM of their own.
         audit_spark_port = None

@@ -41,6 +41,21 @@ def demo_certificates(directory: Path) -> DemoTls:
     return DemoTls(ca, control_plane, brokers)
 
 
+def demo_acl_keys(path: Path) -> str:
+    """The demo's key for ACL users' secret keys at rest (RMQHA_ACL_KEYS, docs/acl.md): made once, owner
+    read-only, kept so that the users of earlier runs stay readable."""
+    if path.exists():
+        return path.read_text().strip()
+    from cryptography.fernet import Fernet
+
+    key = Fernet.generate_key().decode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key + "\n")
+    return key
+
+
 def _name(i: int) -> str:
     return f"broker-{chr(ord('a') + i)}"
 
