@@ -203,7 +203,9 @@ def main() -> None:
         acl_open, acl_on = alternate(
             "acl", args.runs, open_rate, lambda: grpc_send_rate(ports["acl"], **load, metadata=bench_sign)
         )
-        tls_open, tls_on = alternate("tls", args.runs, open_rate, lambda: grpc_send_rate(ports["tls"], **load, tls=tls))
+        tls_open, tls_on = alternate(
+            "tls", args.runs, open_rate, lambda: grpc_send_rate(ports["tls"], **load, metadata=bench_sign, tls=tls)
+        )
         times = asyncio.run(propagation(api, ports["acl"], flip_sign, args.changes))
     finally:
         stop_all(processes)

@@ -37,6 +37,8 @@ def client_address(peer: str) -> str:
     """``context.peer()`` of a gRPC call (``ipv4:127.0.0.1:51234``) with the real client's address
     when the call came through a permissive mode's front (``ipv4:10.0.0.7:40100``); any other peer
     as given."""
+    if not _FRONT_PEERS:  # no front (the usual case): nothing to look up
+        return peer
     kind, _, rest = peer.partition(":")
     host, _, port = rest.rpartition(":")
     if kind in ("ipv4", "ipv6") and host.strip("[]") in ("127.0.0.1", "::1") and port.isdigit():

@@ -38,6 +38,10 @@ GRPC_SCHEME = "MQv2-HMAC-SHA1"
 class Action(Enum):
     """``org.apache.rocketmq.common.action.Action`` (Unknown aside)."""
 
+    # Members are singletons compared by identity: hashed as objects (C), not by name (Enum's Python
+    # __hash__), since every broker call hashes them in its judgement's cache key.
+    __hash__ = object.__hash__
+
     ALL = "All"
     ANY = "Any"  # asked by a request that any action allows (a route query)
     PUB = "Pub"
@@ -58,6 +62,8 @@ class Action(Enum):
 
 
 class ResourceType(Enum):
+    __hash__ = object.__hash__  # as Action's
+
     ANY = "Any"
     CLUSTER = "Cluster"
     NAMESPACE = "Namespace"
@@ -66,6 +72,8 @@ class ResourceType(Enum):
 
 
 class ResourcePattern(Enum):
+    __hash__ = object.__hash__  # as Action's
+
     ANY = "ANY"
     LITERAL = "LITERAL"
     PREFIXED = "PREFIXED"

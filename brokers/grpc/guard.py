@@ -60,6 +60,10 @@ _NAMES: dict[GrpcCall, Callable[[Any], GrpcNames]] = {
     GrpcCall.QUERY_OFFSET: lambda r: GrpcNames((r.message_queue.topic.name,)),
 }
 
+# A client asks the same of the same names call after call: one tuple of asks each (the judgement cache's
+# key), built once.
+_asks = functools.lru_cache(maxsize=8192)(grpc_asks)
+
 _CODES = {Verdict.UNAUTHENTICATED: pb.Code.UNAUTHORIZED, Verdict.FORBIDDEN: pb.Code.FORBIDDEN}
 
 
@@ -82,7 +86,7 @@ def _judge(access: AccessCheck, call: GrpcCall, request: Any, context) -> Judgem
     names = _NAMES[call](request) if request is not None else GrpcNames()
     # Through a permissive mode's front the peer is the front's connection: the client's address is the front's.
     address = peer_ip(client_address(context.peer()))
-    judgement = access.check_grpc(context.invocation_metadata() or (), address, grpc_asks(call, names))
+    judgement = access.check_grpc(context.invocation_metadata() or (), address, _asks(call, names))
     if not judgement.allowed:
         log.debug("refused %s from %s: %s", call.value, context.peer(), judgement.detail)
     return judgement
