@@ -45,12 +45,11 @@ def _guard(access: AccessCheck, code: int, handler: Handler) -> Handler:
             return await handler(request, connection)
         ip = connection.remote.rsplit(":", 1)[0] if connection is not None else None
         fields = request.ext_fields or {}
+        refusal: Judgement | None = None
         try:
             asks = remoting_asks(code, fields, request.body)
         except ValueError as exc:
             asks, refusal = (), Judgement(Verdict.FORBIDDEN, f"parse authorization context error: {exc}")
-        else:
-            refusal = None
         judgement = access.check_remoting(fields, request.body, ip, asks)
         if judgement.allowed and refusal is not None:
             judgement = refusal
