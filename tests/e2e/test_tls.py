@@ -26,9 +26,14 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from rocketmq.grpc_protocol import definition_pb2 as pb
+from rocketmq.grpc_protocol import service_pb2 as spb
+from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
 from brokers.ha.packets import SlaveHandshake
+from brokers.topics import TopicConfig, TopicConfigManager
 from controlplane.models import ApiToken
+from testkit.brokers import BrokerPorts, broker_keys, broker_process, unreachable_control_plane, write_broker_conf
 from testkit.certs import CertFiles, broker_tls_conf, create_ca, issue, issue_broker
 from testkit.controlplane import running_web
 from tests.e2e.test_broker_membership import wait_for
@@ -215,3 +220,43 @@ def test_tls_everywhere_refuses_strangers_and_keeps_the_replicas_identical(tmp_p
         finally:
             stop_all(master, slave, lost)
             fake.close()
+
+
+def test_permissive_mode_serves_plaintext_and_tls_on_one_port(tmp_path, pki):
+    """``tlsServerMode=permissive`` (the step between plaintext and enforcing, docs/acl.md): the one gRPC
+    port answers a plaintext client and a TLS client alike, through the broker's front."""
+
+    root = tmp_path / "permissive"
+    TopicConfigManager(root / "config" / "topics.json").update(TopicConfig("Mixed", 4, 4, 6))
+    ports = BrokerPorts.reserve()
+    tls = broker_tls_conf(pki["ca"], pki["master"], "permissive")
+    keys = broker_keys("mixed", root, ports, unreachable_control_plane(), mappedFileSizeCommitLog=1048576, **tls)
+    broker = broker_process("mixed", write_broker_conf(root / "broker.conf", keys), root / "broker.log").start()
+    target = f"127.0.0.1:{ports.grpc}"
+
+    def send(channel: grpc.Channel, n: int) -> int:
+        message = pb.Message(
+            topic=pb.Resource(name="Mixed"),
+            body=b"mixed",
+            system_properties=pb.SystemProperties(
+                message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+            ),
+        )
+        answer = rpc.MessagingServiceStub(channel).SendMessage(spb.SendMessageRequest(messages=[message]), timeout=10)
+        return answer.status.code
+
+    try:
+        credentials = grpc.ssl_channel_credentials(root_certificates=pki["ca"].cert.read_bytes())
+        with grpc.insecure_channel(target) as plain, grpc.secure_channel(target, credentials) as secure:
+            wait_for(lambda: _answers(lambda: send(plain, 0)), 30, "the broker's gRPC port")
+            assert [send(plain, 1), send(secure, 2), send(plain, 3), send(secure, 4)] == [pb.Code.OK] * 4
+    finally:
+        broker.stop(30)
+
+
+def _answers(call) -> bool:
+    try:
+        call()
+        return True
+    except grpc.RpcError:
+        return False
