@@ -256,13 +256,14 @@ def rest_call(c: APIClient, case: Rest, cluster, name):
 
 def _redis_dump() -> dict:
     """Every key the control plane keeps in Redis (liveness, connections, water levels, offset
-    events, registry versions) with its value; the channel layer's, Celery's and the dashboard's
-    change notes (written by a thread of their own, late) aside."""
+    events, registry versions) with its value; the channel layer's, Celery's, the dashboard's change
+    notes (written by a thread of their own, late) and the REST throttles' counts (every call counts,
+    a refused one too: controlplane/throttling.py) aside."""
     r = sync_client()
     prefix = settings.REDIS_KEY_PREFIX
     out = {}
     for k in sorted(r.scan_iter(prefix + "*")):
-        if k.startswith((prefix + "asgi", prefix + "celery", prefix + "dash")):
+        if k.startswith((prefix + "asgi", prefix + "celery", prefix + "dash", prefix + "throttle")):
             continue
         kind = r.type(k)
         if kind == "string":
