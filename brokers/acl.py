@@ -32,6 +32,7 @@ from mqrules.acl import (
     Verdict,
     authenticate_grpc,
     authenticate_remoting,
+    dated,
     parse_grpc_authorization,
     signed_at_ms,
     snapshot_from_wire,
@@ -164,13 +165,10 @@ class AccessControl:
                 self._credentials.clear()
             self._credentials[key] = cached
         judgement, user, signed = cached
-        if judgement.allowed and abs(now_ms - signed) > self.skew_ms:
-            return (
-                Judgement(
-                    Verdict.UNAUTHENTICATED, f"the signed date is more than {self.skew_ms // 1000} s from the broker's clock"
-                ),
-                None,
-            )
+        if judgement.allowed:
+            window = dated(signed, now_ms, self.skew_ms)  # the cached check's date, against this call's clock
+            if not window.allowed:
+                return window, None
         return judgement, user
 
     def _authorized(self, snapshot: AclSnapshot, user: User | None, peer_ip: str | None, asks: tuple[Ask, ...]) -> Judgement:

@@ -21,6 +21,7 @@ from mqrules.acl import (
     authenticate_grpc,
     authenticate_remoting,
     authorize,
+    dated,
     entry_as_dict,
     lockouts,
     parse_entries,
@@ -390,3 +391,13 @@ def test_lockouts_name_what_a_change_takes_away(before, after, expected):
     found = lockouts(before, after, KNOWN)
     assert [(lo.username, lo.resource, lo.action) for lo in found] == expected
     assert all(lo.reason for lo in found)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "signed, now, allowed",
+    [(0, 0, True), (0, 60_000, True), (0, 60_001, False), (60_001, 0, False), (1_000, 0, True)],
+    ids=["same instant", "at the window's edge", "past it", "dated ahead past it", "dated ahead within it"],
+)
+def test_a_signature_is_judged_by_its_date_against_the_window(signed, now, allowed):
+    assert dated(signed, now, 60_000).allowed is allowed
