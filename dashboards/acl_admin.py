@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from mqrules import acl as rules
 from mqrules import validation as v
-from nameserver import acl, acl_selectors
+from nameserver import acl
 from nameserver.acl_serializers import (
     AclCreateSerializer,
     AclDeleteSerializer,
@@ -46,18 +46,7 @@ def _answer(run: Callable[[], acl.AclChange]) -> dict:
         change = run()
     except acl.AclRefused as exc:
         raise ActionError(f"{exc.code.value} {exc.code.name}: {exc.detail}", exc.fields, exc.http_status) from exc
-    answer = {
-        "ok": True,
-        "result": "ok" if change.applied else "preview",
-        "applied": change.applied,
-        "version": change.version,
-        "lockouts": acl_selectors.lockout_dicts(change.lockouts),
-    }
-    if change.applied:
-        answer |= {"user": change.user, "policy": change.policy}
-        if change.password is not None:
-            answer["password"] = change.password
-    return answer
+    return {"ok": True, "result": "ok" if change.applied else "preview", **change.answer()}
 
 
 def create_user(actor: str, cluster: str, data: dict, preview: bool) -> dict:

@@ -52,6 +52,17 @@ class AclChange:
     policy: dict | None = None  # selectors.policy_dict of the policy after the change (None: gone)
     password: str | None = None  # createUser, applied: the secret key, shown this once
 
+    def answer(self, shows: tuple[str, ...] = ("user", "policy")) -> dict:
+        """As REST and the dashboard answer it: applied, the version, the lockouts; once applied, what
+        ``shows`` names as it is now, and createUser's secret key this once. A dry run names nothing
+        that does not exist (what was asked is what it would be)."""
+        body: dict = {"applied": self.applied, "version": self.version, "lockouts": selectors.lockout_dicts(self.lockouts)}
+        if self.applied:
+            body |= {name: getattr(self, name) for name in shows}
+            if self.password is not None:
+                body["password"] = self.password
+        return body
+
 
 # --- the flow every change shares ----------------------------------------------------------------------
 

@@ -63,22 +63,9 @@ def _refused(exc: acl.AclRefused) -> ApiError:
     return ApiError(exc.code, exc.detail, exc.http_status, **extra)
 
 
-def _answer(change: acl.AclChange, shows: str | None) -> Response:
-    """A change's answer: applied, the version, the lockouts; once applied, the user or the policy as it
-    is now (``shows``). A dry run names nothing that does not exist (what was asked is what it would be)."""
-    body: dict = {"applied": change.applied, "version": change.version, "lockouts": acl_selectors.lockout_dicts(change.lockouts)}
-    if change.applied and shows == "user":
-        body["user"] = change.user
-    if change.applied and shows == "policy":
-        body["policy"] = change.policy
-    if change.applied and change.password is not None:
-        body["password"] = change.password
-    return Response(body)
-
-
 def _run(shows: str | None, change, *args, **kw) -> Response:
     try:
-        return _answer(change(*args, **kw), shows)
+        return Response(change(*args, **kw).answer((shows,) if shows else ()))
     except acl.AclRefused as exc:
         raise _refused(exc) from None
 
