@@ -145,8 +145,10 @@ def _rows(model) -> list[dict]:
 def _redis_keys() -> list[str]:
     client = redis.Redis.from_url(settings.REDIS_URL)
     keys = (k.decode() for k in client.scan_iter(settings.REDIS_KEY_PREFIX + "*", count=1000))
-    # not the channel layer's, nor the dashboard's change notes (handed over by a thread, in its own time)
-    return sorted(k for k in keys if not k.startswith((settings.REDIS_KEY_PREFIX + "asgi", settings.REDIS_KEY_PREFIX + "dash")))
+    # not the channel layer's, the dashboard's change notes (handed over by a thread, in its own time), nor
+    # the REST throttles' counts (every call counts, a refused one too; a new minute starts a new key)
+    aside = tuple(settings.REDIS_KEY_PREFIX + part for part in ("asgi", "dash", "throttle"))
+    return sorted(k for k in keys if not k.startswith(aside))
 
 
 def snapshot(client: APIClient) -> dict:
