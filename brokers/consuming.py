@@ -20,7 +20,7 @@ from collections.abc import Callable
 from mqrules.logical_queues import Segment
 
 from .config import BrokerConfig
-from .core.fifo import is_orderly, max_attempts, plan_orderly_pop
+from .core.fifo import attempts_spent, is_orderly, max_attempts, plan_orderly_pop
 from .core.pop import ReceiptHandle, dlq_topic, receive_order, retry_topic
 from .meta import ConsumerMeta
 from .metalog import MetaLog, MetaMode
@@ -506,7 +506,7 @@ class ConsumeService:
                 msgs = await self.store.get_messages(topic, queue_id, offset, 1)
                 if not msgs or msgs[0].queue_offset != offset:
                     continue
-                dead = attempt >= self.config.retryMaxTimes
+                dead = attempts_spent(attempt + 1, max_attempts(self.config.retryMaxTimes))
                 revived += await self._move_out(group, topic, queue_id, msgs[0], attempt, dead=dead)
         return revived
 

@@ -67,7 +67,8 @@ def is_orderly(topic_type: TopicMessageType) -> bool:
 
 
 def max_attempts(retry_max_times: int) -> int:
-    """Deliveries a message of an orderly queue gets: the backoff policy's maxAttempts."""
+    """Deliveries a message gets before it is dead, orderly or not: the backoff policy's maxAttempts
+    (a message whose next delivery would be past it goes to the DLQ, ``attempts_spent``)."""
     return retry_max_times + 1
 
 

@@ -1,7 +1,7 @@
-"""A message its consumers never ack goes to the group's dead-letter queue after ``retryMaxTimes``
-delivery attempts, stops being delivered to the group, and can be read from ``%DLQ%{group}``, which
-the broker registers with the nameserver (official RocketMQ 5 Python clients, a real broker process,
-the real control plane)."""
+"""A message its consumers never ack goes to the group's dead-letter queue after ``retryMaxTimes + 1``
+delivery attempts (RocketMQ's proxy: maxAttempts), stops being delivered to the group, and can be read
+from ``%DLQ%{group}``, which the broker registers with the nameserver (official RocketMQ 5 Python
+clients, a real broker process, the real control plane)."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_unacked_message_goes_to_the_dlq_after_retry_max_times(tmp_path):
             consumer = SimpleConsumer(config, "billing", {"Payments": FilterExpression()}, await_duration=1)
             consumer.startup()
             try:
-                for attempt in range(1, MAX_TIMES + 1):  # received, never acked, invisible for 1 s
+                for attempt in range(1, MAX_TIMES + 2):  # maxAttempts = retryMaxTimes + 1 deliveries, never acked
                     got = receive_one(consumer, 1, 30)
                     assert [m.message_id for m in got] == [poison_id], f"attempt {attempt}"
                     assert got[0].delivery_attempt == attempt and got[0].body == b"poison"
