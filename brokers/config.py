@@ -53,6 +53,11 @@ class BrokerConfig:
     flushCommitLogLeastPages: int = 4  # ASYNC_FLUSH: the flush thread flushes once this many 4 KB pages are unflushed
     flushCommitLogThoroughInterval: int = 10000  # ms: and then whatever is unflushed
     mappedFileSizeCommitLog: int = 1 << 30
+    # The message index (brokers/store/index.py, docs/messages.md §1; RocketMQ's names and defaults): a
+    # file of maxHashSlotNum slots and maxIndexNum entries (420 MB, sparse), followed by a new one when full.
+    messageIndexEnable: bool = True
+    maxHashSlotNum: int = 5_000_000
+    maxIndexNum: int = 20_000_000
     # The control plane (nameserver + controller) this broker belongs to.
     controlPlaneUrl: str = ""  # required, e.g. http://127.0.0.1:8000
     controlPlaneToken: str = ""  # a broker token, or controlPlaneTokenFile
@@ -424,6 +429,7 @@ def _check(c: BrokerConfig) -> list[str]:
         problems.append("inSyncReplicas: must be <= totalReplicas")
     if c.mappedFileSizeCommitLog < 4096:
         problems.append("mappedFileSizeCommitLog: must be at least 4096")
+    problems += _index_problems(c)
     if c.controlPlaneUrl and not c.controlPlaneUrl.startswith(("http://", "https://")):
         problems.append("controlPlaneUrl: must start with http:// or https://")
     if not c.controlPlaneToken and not c.controlPlaneTokenFile:
@@ -465,6 +471,16 @@ def _check(c: BrokerConfig) -> list[str]:
         if getattr(c, key) <= 0:
             problems.append(f"{key}: must be > 0")
     return problems + _retention_problems(c) + tls_problems(c)
+
+
+def _index_problems(c: BrokerConfig) -> list[str]:
+    """The message index's sizes: Java ints, as RocketMQ's (an index file's entry 0 is never used)."""
+    problems = []
+    if not 1 <= c.maxHashSlotNum <= 2**31 - 1:
+        problems.append("maxHashSlotNum: must be between 1 and 2147483647")
+    if not 2 <= c.maxIndexNum <= 2**31 - 1:
+        problems.append("maxIndexNum: must be between 2 and 2147483647 (an index file's entry 0 is never used)")
+    return problems
 
 
 def _retention_problems(c: BrokerConfig) -> list[str]:

@@ -2,7 +2,9 @@
 cleanResourceInterval and whenever a commit-log file is started, measures the disk, tells the write gate
 whether the disk is full, and deletes the oldest file while brokers/core/retention.py says it may go, one
 per deleteCommitLogFilesInterval, measuring again after each. What follows the log moves with it: the
-consume queues' min offsets (in the store's deletion), the epoch file (``truncatePrefixByOffset``).
+consume queues' min offsets and the message index's files whose endPhyOffset is below the log's new min
+offset (in the store's deletion, RocketMQ's ``IndexService.deleteExpiredFile``), the epoch file
+(``truncatePrefixByOffset``).
 
 Every key is read at each look, so an operator's updateBrokerConfig takes effect at the next one.
 """

@@ -13,6 +13,12 @@
  *       the records [start, stop) laid out from ``physical``: one buffer with the whole records, one
  *       PutResult each, and the consume-queue entries as (queue, first queue offset, bytes); each
  *       queue's max_offset is advanced past the offsets given out.
+ *   index_records(index_map, slots, max_index, data, base, start, skip) -> (next, status, done)
+ *       the message index's hot loop (index.py): the whole records of data[start:] (data[0] being log
+ *       offset base) put into the index file mapped at index_map, keys as codec.py describes; stops at
+ *       the end (INDEX_DONE), at a record cut short (INDEX_TORN), at bytes that are no record
+ *       (INDEX_CORRUPT) or when the file is full (INDEX_FULL: ``done`` keys of the record at ``next``
+ *       are in, pass them as ``skip`` to the next file). A walk over 1 MiB or more runs without the GIL.
  *
  *   configure(result_type, ok, crc32, message_type, crc_library, crc_symbol, rules)
  *       called by codec.py at import: the types and the CRC function to use, and ``rules``, a dict with
@@ -33,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CODEC_ABI 2
+#define CODEC_ABI 3
 /* The layout this file writes (configure() refuses rules that disagree with it). */
 #define HEAD_BODY_SIZE 88
 #define ENTRY_SIZE 20
@@ -829,6 +835,300 @@ fail:
     return -1;
 }
 
+/* --- index_records: the message index's hot loop (index.py) ---------------------------------- */
+
+/* RocketMQ's index file (IndexFile/IndexHeader): a 40-byte header (beginTimestamp, endTimestamp,
+ * beginPhyOffset, endPhyOffset: longs; hashSlotCount, indexCount: ints), slots of 4 bytes, entries of
+ * 20 (keyHash int, phyOffset long, timeDiff int, previous entry int); big-endian. What is indexed and
+ * how records are recognised come from configure() (rules["index"]). */
+#define IX_HEADER 40
+#define IX_SLOT 4
+#define IX_ENTRY 20
+#define IX_NAME_MAX 64
+#define INDEX_RELEASE_GIL_BYTES (1 << 20) /* a walk over this much data runs without the GIL */
+enum { IX_DONE, IX_TORN, IX_FULL, IX_CORRUPT }; /* codec.INDEX_* */
+typedef struct {
+    int configured;
+    uint32_t blank_magic;
+    uint32_t transaction_mask, transaction_skip; /* sysFlag & mask == skip: not indexed (a rollback) */
+    unsigned char uniq[IX_NAME_MAX], keys[IX_NAME_MAX];
+    size_t uniq_len, keys_len;
+    unsigned char separator;
+} IndexRules;
+static IndexRules g_index;
+
+static inline uint32_t get32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+static inline uint64_t get64(const unsigned char *p) { return ((uint64_t)get32(p) << 32) | get32(p + 4); }
+
+/* Strict UTF-8, as Python's decoder takes it (no surrogates, no overlong forms, at most U+10FFFF). */
+static int utf8_valid(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        while (i + 8 <= n) { /* ASCII, 8 bytes at a time */
+            uint64_t w;
+            memcpy(&w, s + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= n) break;
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        size_t need;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) need = 1;
+        else if (c >= 0xE0 && c <= 0xEF) { need = 2; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+        else if (c >= 0xF0 && c <= 0xF4) { need = 3; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+        else return 0;
+        if (i + need >= n) return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (size_t k = 2; k <= need; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* Java's String.hashCode continued over valid UTF-8 text: h = 31 h + c per UTF-16 code unit. */
+static uint32_t java_hash(uint32_t h, const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        uint32_t cp;
+        if (c < 0x80) { h = 31 * h + c; i++; continue; }
+        if (c < 0xE0) { cp = ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F); i += 2; }
+        else if (c < 0xF0) { cp = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F); i += 3; }
+        else {
+            cp = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12) | ((uint32_t)(s[i + 2] & 0x3F) << 6) |
+                 (s[i + 3] & 0x3F);
+            i += 4;
+        }
+        if (cp > 0xFFFF) { /* a surrogate pair */
+            cp -= 0x10000;
+            h = 31 * h + (0xD800 + (cp >> 10));
+            h = 31 * h + (0xDC00 + (cp & 0x3FF));
+        } else {
+            h = 31 * h + cp;
+        }
+    }
+    return h;
+}
+
+typedef struct {
+    unsigned char *map; /* the index file */
+    uint64_t slots, max_index;
+} IndexFile;
+
+/* IndexFile.putKey: 0, or 1 when the file is full. The entry and the header are written before the
+ * slot that makes the entry reachable, so a reader never follows a slot to an entry not written. */
+static int put_key(IndexFile *f, uint32_t hash, int64_t phy, int64_t ts) {
+    unsigned char *m = f->map;
+    int64_t count = (int32_t)get32(m + 36);
+    if (count <= 0) count = 1; /* IndexHeader.load: entry 0 is never used */
+    if ((uint64_t)count >= f->max_index) return 1;
+    int32_t key = (int32_t)hash;
+    if (key < 0) key = key == INT32_MIN ? 0 : -key; /* Math.abs, and 0 for Integer.MIN_VALUE */
+    unsigned char *slot = m + IX_HEADER + ((uint64_t)key % f->slots) * IX_SLOT;
+    int64_t prev = (int32_t)get32(slot);
+    if (prev <= 0 || prev > count) prev = 0;
+    int64_t begin = (int64_t)get64(m);
+    int64_t diff = begin <= 0 ? 0 : (int64_t)((uint64_t)ts - (uint64_t)begin) / 1000; /* Java's long: wraps, truncates */
+    if (begin <= 0) diff = 0;
+    else if (diff > INT32_MAX) diff = INT32_MAX;
+    else if (diff < 0) diff = 0;
+    unsigned char *e = m + IX_HEADER + f->slots * IX_SLOT + (uint64_t)count * IX_ENTRY;
+    put32(e, (uint32_t)key);
+    put64(e + 4, (uint64_t)phy);
+    put32(e + 12, (uint32_t)diff);
+    put32(e + 16, (uint32_t)prev);
+    if (count <= 1) {
+        put64(m + 16, (uint64_t)phy);
+        put64(m, (uint64_t)ts);
+    }
+    if (prev == 0) put32(m + 32, get32(m + 32) + 1);
+    put64(m + 24, (uint64_t)phy);
+    put64(m + 8, (uint64_t)ts);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    put32(m + 36, (uint32_t)(count + 1));
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    put32(slot, (uint32_t)count);
+    return 0;
+}
+
+/* The UNIQ_KEY and KEYS values among a record's properties, as Java reads them (the last of a
+ * repeated name wins; a pair without a name or a value is skipped). */
+static void find_keys(const unsigned char *p, size_t n, const unsigned char **uniq, size_t *uniq_len,
+                      const unsigned char **keys, size_t *keys_len) {
+    size_t i = 0;
+    while (i < n) {
+        const unsigned char *end = memchr(p + i, 2, n - i);
+        size_t stop = end ? (size_t)(end - p) : n;
+        const unsigned char *sep = memchr(p + i, 1, stop - i);
+        if (sep) {
+            size_t name = (size_t)(sep - (p + i)), value = stop - i - name - 1;
+            if (name > 0 && value > 0) {
+                if (name == g_index.uniq_len && !memcmp(p + i, g_index.uniq, name)) { *uniq = sep + 1; *uniq_len = value; }
+                else if (name == g_index.keys_len && !memcmp(p + i, g_index.keys, name)) { *keys = sep + 1; *keys_len = value; }
+            }
+        }
+        i = stop + 1;
+    }
+}
+
+/* One key into the index unless it is empty or among the first *skip of its record: 0, or 1 when full. */
+static int index_key(IndexFile *f, uint32_t prefix, const unsigned char *k, size_t n, int64_t phy, int64_t ts,
+                     long *done, long *skip) {
+    if (n == 0) return 0;
+    if (*skip > 0) { (*skip)--; (*done)++; return 0; }
+    if (put_key(f, java_hash(prefix, k, n), phy, ts)) return 1;
+    (*done)++;
+    return 0;
+}
+
+typedef struct {
+    int64_t next; /* the log offset where the walk stopped */
+    int status;
+    long done; /* IX_FULL: keys of the record at next already in the index */
+} Walk;
+
+/* The record at pos (its bounds checked as message.decode checks them) indexed: IX_DONE, IX_FULL. */
+static int index_record(IndexFile *f, const unsigned char *r, uint32_t size, int64_t phy, long *done, long skip) {
+    uint32_t sys_flag = get32(r + 36);
+    if ((sys_flag & g_index.transaction_mask) == g_index.transaction_skip) return IX_DONE;
+    int64_t ts = (int64_t)get64(r + 56);
+    uint32_t body = get32(r + 84);
+    const unsigned char *topic = r + HEAD_BODY_SIZE + body + 1;
+    size_t topic_len = topic[-1];
+    const unsigned char *props = topic + topic_len + 2;
+    size_t props_len = size - (size_t)(props - r);
+    if (!utf8_valid(topic, topic_len) || !utf8_valid(props, props_len)) return IX_DONE;
+    const unsigned char *uniq = NULL, *keys = NULL;
+    size_t uniq_len = 0, keys_len = 0;
+    find_keys(props, props_len, &uniq, &uniq_len, &keys, &keys_len);
+    if (!uniq && !keys) return IX_DONE;
+    uint32_t prefix = java_hash(0, topic, topic_len) * 31 + '#';
+    *done = 0;
+    if (uniq && index_key(f, prefix, uniq, uniq_len, phy, ts, done, &skip)) return IX_FULL;
+    size_t i = 0;
+    while (keys && i <= keys_len) {
+        const unsigned char *sp = memchr(keys + i, g_index.separator, keys_len - i);
+        size_t stop = sp ? (size_t)(sp - keys) : keys_len;
+        if (index_key(f, prefix, keys + i, stop - i, phy, ts, done, &skip)) return IX_FULL;
+        i = stop + 1;
+    }
+    return IX_DONE;
+}
+
+/* Walk the records of data[pos..], data[0] being log offset base. */
+static Walk walk(IndexFile *f, const unsigned char *data, Py_ssize_t len, int64_t base, Py_ssize_t pos, long skip) {
+    Walk w = {0, IX_DONE, 0};
+    while (pos < len) {
+        if (len - pos < 8) { w.status = IX_TORN; break; }
+        const unsigned char *r = data + pos;
+        uint32_t size = get32(r), magic = get32(r + 4);
+        if (magic == g_index.blank_magic) {
+            if ((int32_t)size < 8) { w.status = IX_CORRUPT; break; }
+            pos += size;
+            continue;
+        }
+        if (magic != g_rules.magic || (int32_t)size < HEAD_BODY_SIZE + 3) { w.status = IX_CORRUPT; break; }
+        if ((Py_ssize_t)size > len - pos) { w.status = IX_TORN; break; }
+        int32_t body = (int32_t)get32(r + 84);
+        if (body < 0 || (int64_t)HEAD_BODY_SIZE + body + 3 > size) { w.status = IX_CORRUPT; break; }
+        uint32_t topic_end = HEAD_BODY_SIZE + (uint32_t)body + 1 + r[HEAD_BODY_SIZE + body];
+        if (topic_end + 2 > size) { w.status = IX_CORRUPT; break; }
+        int16_t props = (int16_t)((r[topic_end] << 8) | r[topic_end + 1]);
+        if (props < 0 || topic_end + 2 + (uint32_t)props != size) { w.status = IX_CORRUPT; break; }
+        long done = 0;
+        if (index_record(f, r, size, base + pos, &done, skip) == IX_FULL) {
+            w.status = IX_FULL;
+            w.done = done;
+            break;
+        }
+        skip = 0;
+        pos += size;
+    }
+    w.next = base + pos;
+    return w;
+}
+
+static PyObject *index_records(PyObject *self, PyObject *args) {
+    Py_buffer map, data;
+    unsigned long long slots, max_index;
+    long long base;
+    Py_ssize_t start;
+    long skip;
+    if (!PyArg_ParseTuple(args, "w*KKy*Lnl:index_records", &map, &slots, &max_index, &data, &base, &start, &skip))
+        return NULL;
+    PyObject *out = NULL;
+    if (!g_index.configured) PyErr_SetString(PyExc_RuntimeError, "_codec.configure() was not called");
+    else if (slots < 1 || max_index < 2 || slots > INT32_MAX || max_index > INT32_MAX ||
+             (unsigned long long)map.len < IX_HEADER + slots * IX_SLOT + max_index * IX_ENTRY)
+        PyErr_SetString(PyExc_ValueError, "the index file is smaller than its slots and entries");
+    else if (start < 0 || skip < 0)
+        PyErr_SetString(PyExc_ValueError, "start and skip must be >= 0");
+    else {
+        IndexFile f = {map.buf, slots, max_index};
+        Walk w;
+        /* Both buffers stay exported until released below: the file cannot be unmapped meanwhile. A
+         * short walk keeps the GIL: taking it back from a busy event loop can cost the caller (the
+         * store's I/O thread, whose job acknowledges sends) a whole switch interval, far more than
+         * the walk (~0.1 us a key). */
+        if (data.len - start >= INDEX_RELEASE_GIL_BYTES) {
+            Py_BEGIN_ALLOW_THREADS
+            w = walk(&f, data.buf, data.len, base, start, skip);
+            Py_END_ALLOW_THREADS
+        } else {
+            w = walk(&f, data.buf, data.len, base, start, skip);
+        }
+        out = Py_BuildValue("(Lil)", (long long)w.next, w.status, w.done);
+    }
+    PyBuffer_Release(&map);
+    PyBuffer_Release(&data);
+    return out;
+}
+
+/* rules["index"]: what index_records recognises and indexes (codec.native_rules()). */
+static int read_index_rules(PyObject *rules, IndexRules *ix) {
+    PyObject *d = PyDict_GetItemString(rules, "index");
+    if (!d || !PyDict_Check(d)) {
+        PyErr_SetString(PyExc_ValueError, "rules[index] must be a dict");
+        return -1;
+    }
+    long long blank, mask, skip;
+    memset(ix, 0, sizeof(*ix));
+    if (rule_int(d, "blank_magic", 0, UINT32_MAX, &blank) < 0 || rule_int(d, "transaction_mask", 0, UINT32_MAX, &mask) < 0 ||
+        rule_int(d, "transaction_skip", 0, UINT32_MAX, &skip) < 0)
+        return -1;
+    const char *names[2] = {"uniq_key", "keys"};
+    unsigned char *into[2] = {ix->uniq, ix->keys};
+    size_t *lens[2] = {&ix->uniq_len, &ix->keys_len};
+    for (int k = 0; k < 2; k++) {
+        PyObject *v = PyDict_GetItemString(d, names[k]);
+        Py_ssize_t n;
+        const char *text = v && PyUnicode_Check(v) ? PyUnicode_AsUTF8AndSize(v, &n) : NULL;
+        if (!text || n < 1 || n >= IX_NAME_MAX) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "rules[index][%s] must be a property name of 1..%d bytes", names[k], IX_NAME_MAX - 1);
+            return -1;
+        }
+        memcpy(into[k], text, n);
+        *lens[k] = (size_t)n;
+    }
+    PyObject *sep = PyDict_GetItemString(d, "separator");
+    if (!sep || !PyUnicode_Check(sep) || PyUnicode_GET_LENGTH(sep) != 1 || PyUnicode_READ_CHAR(sep, 0) >= 0x80) {
+        PyErr_SetString(PyExc_ValueError, "rules[index][separator] must be one ASCII character");
+        return -1;
+    }
+    ix->separator = (unsigned char)PyUnicode_READ_CHAR(sep, 0);
+    ix->blank_magic = (uint32_t)blank;
+    ix->transaction_mask = (uint32_t)mask;
+    ix->transaction_skip = (uint32_t)skip;
+    ix->configured = 1;
+    return 0;
+}
+
 static PyObject *configure(PyObject *self, PyObject *args) {
     PyObject *result_type, *ok, *crc32, *message_type, *rules_dict;
     const char *crc_library = NULL, *crc_symbol = NULL;
@@ -840,6 +1140,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
         return NULL;
     }
     Rules rules;
+    IndexRules index_rules;
+    if (read_index_rules(rules_dict, &index_rules) < 0) return NULL;
     if (read_rules(rules_dict, &rules) < 0) return NULL;
     crc32_fn native = NULL;
     if (crc_library && crc_symbol) {
@@ -875,6 +1177,7 @@ static PyObject *configure(PyObject *self, PyObject *args) {
     g_crc32_native = native;
     clear_rules(&g_rules);
     g_rules = rules;
+    g_index = index_rules;
     Py_INCREF(result_type);
     Py_INCREF(ok);
     Py_INCREF(crc32);
@@ -887,6 +1190,8 @@ static PyObject *configure(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"prepare", prepare, METH_VARARGS, "Validate messages and build their record templates."},
     {"encode_run", encode_run, METH_VARARGS, "Lay out prepared records from a physical offset."},
+    {"index_records", index_records, METH_VARARGS,
+     "Put the keys of the whole records in a buffer into a message index file (see codec.py)."},
     {"configure", configure, METH_VARARGS,
      "Set the PutResult type, its PUT_OK status, the CRC-32 function, the Message type and the rules (limits, refusals)."},
     {NULL, NULL, 0, NULL},

@@ -43,6 +43,7 @@ from .consumequeue import ConsumeQueues, tags_code
 from .cuts import MARKER, Cut, CutCause, CutRefused, TailShape, judge, tail_shape
 from .cuts import describe as describe_cut
 from .files import write_json_atomically
+from .index import IndexDisabled, IndexLayout, MessageIndex
 from .message import END_FILE_MIN_BLANK_LENGTH, Blank, CorruptRecord, Message, decode, record_length, tags_of
 from .results import PutMessageStatus, PutResult
 
@@ -90,6 +91,10 @@ class StoreConfig:
     flush_commit_log_thorough_interval: int = 10_000  # ms: then flush whatever is unflushed
     max_batch: int = 4096  # records per group commit
     max_pending: int = 65536  # back-pressure: put_message waits beyond this
+    # The message index (index.py; RocketMQ's messageIndexEnable, maxHashSlotNum, maxIndexNum).
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
 
 
 class MessageStore:
@@ -102,6 +107,8 @@ class MessageStore:
         root = Path(config.store_path_root_dir)
         self.commit_log = CommitLog(root / "commitlog", config.mapped_file_size_commit_log, self._segment_started)
         self.consume_queues = ConsumeQueues(root / "consumequeue")
+        layout = IndexLayout(config.max_hash_slot_num, config.max_index_num)
+        self.index = MessageIndex(root / "index", self.commit_log, layout) if config.message_index_enable else None
         self.checkpoint_path = root / "checkpoint"
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-io")
         self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-read")
@@ -175,6 +182,8 @@ class MessageStore:
             self._allow(Cut(CutCause.TORN_TAIL, valid_end, log_end, saved or 0, "recovery", tail=shape))
 
         self.recovery = self.commit_log.recover(dispatch, before_cut)
+        if self.index is not None:
+            self.index.recover()  # clamped to the log as it is now, its un-indexed tail indexed
         end = self.commit_log.max_offset
         self.confirm_offset = end if limit is None else max(self.commit_log.min_offset, min(limit, end))
         for cq in self.consume_queues.queues.values():
@@ -257,6 +266,8 @@ class MessageStore:
         self.commit_log.flush()
         self.consume_queues.flush()
         self._write_checkpoint(self.confirm_offset)
+        if self.index is not None:
+            self.index.close()
         self.commit_log.close()
         self.consume_queues.close()
 
@@ -479,6 +490,8 @@ class MessageStore:
             self.stats["fsyncs"] += 1
             self.flushed_offset = self.commit_log.written_offset
         self._write_entries(entries)
+        if self.index is not None:  # after the write: its C walk runs without the GIL (index.py)
+            self.index.add_writes(writes)
 
     async def _flusher(self) -> None:
         """ASYNC_FLUSH, as RocketMQ's FlushRealTimeService: woken after every write (or after
@@ -510,6 +523,8 @@ class MessageStore:
     def _flush_all(self) -> None:
         self.commit_log.flush()
         self.consume_queues.flush()
+        if self.index is not None:
+            self.index.flush()
 
     async def _checkpointer(self) -> None:
         loop = asyncio.get_running_loop()
@@ -548,6 +563,8 @@ class MessageStore:
             seg = self.commit_log.remove_first()
             for cq in self.consume_queues.queues.values():
                 cq.advance_min(self.commit_log.min_offset)
+            if self.index is not None:  # the index files whose every entry is below the log now
+                self.index.delete_expired(self.commit_log.min_offset)
             return seg
 
         seg = await self._in_io(delete)
@@ -590,6 +607,8 @@ class MessageStore:
             self.commit_log.flush()
             self.flushed_offset = self.commit_log.written_offset
         self._write_entries(released)
+        if self.index is not None:
+            self.index.follow_log()  # whole records only: a record split between transfers waits
 
     def _reput(self, data: bytes) -> None:
         """Turn the whole records in carried-over + new bytes into parked consume-queue entries."""
@@ -819,6 +838,21 @@ class MessageStore:
         except (CorruptRecord, struct.error, ValueError):
             return None
         return raw if isinstance(record, Message) and record.physical_offset == physical_offset else None
+
+    async def query_index(self, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[int]:
+        """The commit-log offsets of the records of ``topic`` whose UNIQ_KEY or one of whose KEYS is
+        ``key``, stored in [begin_ms, end_ms]: newest first, each verified against its record, at most
+        ``max_num`` (docs/messages.md §1). IndexDisabled under messageIndexEnable=false."""
+        if self.index is None:
+            raise IndexDisabled()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reads, self.index.query, topic, key, begin_ms, end_ms, max_num)
+
+    def query_index_sync(self, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[int]:
+        """``query_index`` in the calling thread (tools and benchmarks)."""
+        if self.index is None:
+            raise IndexDisabled()
+        return self.index.query(topic, key, begin_ms, end_ms, max_num)
 
     async def first_queue_offset(self, topic: str, queue_id: int) -> int:
         """The queue's min offset: its first message's (holes are skipped), its max offset when it has
