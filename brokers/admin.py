@@ -117,6 +117,7 @@ class BrokerAdmin:
         consumers: Callable[[], ConsumerQueues | None],
         config_changed: Callable[[], None],
         metrics_addr: Callable[[], str | None] = lambda: None,
+        clients: Callable[[], list[dict]] = list,
     ):
         """``config_path``: the broker.conf the broker was started from, where changes are kept (None:
         they last until the process stops). ``consumers()``: the client endpoint's consumer side (None
@@ -129,6 +130,7 @@ class BrokerAdmin:
         self.consumers = consumers
         self.config_changed = config_changed
         self.metrics_addr = metrics_addr  # where Prometheus scrapes this broker (None: metrics off)
+        self.clients = clients  # the clients connected now (brokers/clients_report.py; docs/messages.md §4)
         self.started_at_ms = now_ms()
         # (topic, queueId) -> ((the store's truncation and deletion counts), the queue's first offset, its
         # first message's store time): a queue's first message moves only when the log is cut, restarted
@@ -196,6 +198,7 @@ class BrokerAdmin:
             "dynamicKeys": sorted(DYNAMIC_KEYS),
             "queues": await self._queues(topics),
             "offsets": offsets,
+            "clients": self.clients(),
             "reportedAtMs": now,
         }
 

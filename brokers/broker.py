@@ -18,18 +18,21 @@ from pathlib import Path
 
 from .acl import AccessControl
 from .admin import BrokerAdmin
+from .clients_report import connected_clients
 from .config import BrokerConfig
 from .control.members import PUSH as MIN_BROKER_PUSH
 from .control.members import MemberGroupTracker, parse_member_group
-from .control.nameserver import ControlPlaneError, LinkHooks, NameserverLink
+from .control.nameserver import ControlPlaneError, LinkHooks, NameserverLink, RequestHandler
 from .control.offset_reports import OffsetReporter
 from .control.peers import PeerClient, PeerRefused, RequestCode, ResponseCode, peer_guard, peer_handlers
 from .control.preonline import ActingMaster
 from .control.replicas import ReplicasManager
 from .core.roles import BrokerRole
+from .dlq import DeadLetters
 from .grpc.service import GrpcEndpoint, serve
 from .ha.gate import WritePermission
 from .ha.service import HAService
+from .messages import MESSAGE_REQUESTS, BrokerIdentity, MessageQueries, indexed
 from .meta import ConsumerMeta
 from .metalog import MetaLog, MetaMode
 from .metrics import BrokerMetrics, DiskUse, HAView, MetricsEndpoint, Sources, Traffic
@@ -44,6 +47,7 @@ from .tasks import cancel_and_wait
 from .timer import Checkpoint, TimerService
 from .tls import TlsMode, remoting_server_context, replication_client_context
 from .topics import TopicConfig, TopicConfigManager, system_topics
+from .trace import MessageTracer
 from .transaction import Resolution
 from .transaction_check import EitherProducers, TransactionChecks
 
@@ -58,6 +62,9 @@ def store_config(config: BrokerConfig) -> StoreConfig:
         flush_interval_commit_log=config.flushIntervalCommitLog,
         flush_commit_log_least_pages=config.flushCommitLogLeastPages,
         flush_commit_log_thorough_interval=config.flushCommitLogThoroughInterval,
+        message_index_enable=config.messageIndexEnable,
+        max_hash_slot_num=config.maxHashSlotNum,
+        max_index_num=config.maxIndexNum,
     )
 
 
@@ -128,7 +135,9 @@ class Broker:
             consumers=lambda: self.services.consuming if self.services is not None else None,
             config_changed=self._config_changed,
             metrics_addr=lambda: self.metrics.address if self.metrics is not None else None,
+            clients=self._connected_clients,
         )
+        self.message_requests = self._build_message_requests(config)
         self._build_acting(config, classic_acting)
         self.metrics = self._build_metrics(config)
         # The background tasks this broker owns (each cancelled on stop).
@@ -144,6 +153,34 @@ class Broker:
     def _classic_master(self) -> bool:
         """A master by configuration (classic mode: the controller gives no role)."""
         return not self.config.enableControllerMode and BrokerRole(self.config.brokerRole) is not BrokerRole.SLAVE
+
+    def _build_message_requests(self, config: BrokerConfig) -> dict[str, RequestHandler]:
+        """The control plane's requests to find messages, trace them and resend dead letters
+        (brokers/messages.py, trace.py, dlq.py; docs/messages.md §3)."""
+        broker = BrokerIdentity(
+            config.brokerName, lambda: self.nameserver.broker_id, config.broker_addr, config.brokerIP1, config.listenPort
+        )
+        queries = MessageQueries(
+            self.store, self.topics, broker, lambda: self.services.consuming if self.services is not None else None
+        )
+        tracer = MessageTracer(self.store, self.consumer_meta, queries)
+        dead = DeadLetters(
+            self.store,
+            self.topics,
+            self.metalog,
+            queries,
+            lambda: self.services.sending if self.services is not None else None,
+        )
+        handlers = {**queries.handlers(), "message_trace": tracer.message_trace}
+        return indexed({**handlers, "dlq_list": dead.dlq_list, "dlq_resend": dead.dlq_resend})
+
+    def _connected_clients(self) -> list[dict]:
+        """The clients connected now, gRPC and remoting (the broker_status report's ``clients``)."""
+        grpc, remoting = self.grpc_service, self.remoting_service
+        return connected_clients(grpc.clients if grpc else None, remoting.clients if remoting else None)
+
+    async def _message_request(self, kind: str, payload: dict) -> dict:
+        return await self.message_requests[kind](payload)
 
     def _build_acting(self, config: BrokerConfig, classic_acting: bool) -> None:
         """RIP-32 (reference §5): pre-online and the acting master, the peer channel on listenPort
@@ -237,7 +274,11 @@ class Broker:
             pushes[MIN_BROKER_PUSH] = self._min_broker_pushed
         return LinkHooks(
             pushes=pushes,
-            requests={"update_broker_config": self._update_broker_config, "reset_offset": self._reset_offset},
+            requests={
+                "update_broker_config": self._update_broker_config,
+                "reset_offset": self._reset_offset,
+                **{kind: partial(self._message_request, kind) for kind in MESSAGE_REQUESTS},
+            },
             registered=self._on_registered,
             may_register=self._may_register,
             water_levels=self.ha.water_levels,

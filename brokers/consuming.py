@@ -22,6 +22,7 @@ from mqrules.logical_queues import Segment
 from .config import BrokerConfig
 from .core.fifo import attempts_spent, is_orderly, max_attempts, plan_orderly_pop
 from .core.pop import ReceiptHandle, dlq_topic, receive_order, retry_topic
+from .core.views import moved_properties
 from .meta import ConsumerMeta
 from .metalog import MetaLog, MetaMode
 from .metrics import Traffic
@@ -118,23 +119,28 @@ class ConsumeService:
         matches: Matches,
         every_queue: bool,
         deadline: float,
+        *,
+        client_id: str = "",
     ) -> list[tuple[Message, ReceiptHandle, int, int]]:
         """A receive of a plain topic: the group's retries first (unless orderly), then the queues of
         ``receive_order``; waits for new messages until ``deadline`` (loop time). (message, handle,
-        attempt, queue id) each; NotStored when a pop was not recorded."""
+        attempt, queue id) each; NotStored when a pop was not recorded. ``client_id``: the receiving
+        client's, kept in the pop records (a message's trace names it)."""
         orderly = self.orderly(topic)
         await self.ensure_group(group)
         loop = asyncio.get_running_loop()
         while True:
             found = []
             if not orderly:  # an orderly pop has no retry topic: it hands messages out again in place
-                popped = await self.pop_from(group, retry_topic(group, topic), 0, batch, invisible_ms, matches)
+                popped = await self.pop_from(
+                    group, retry_topic(group, topic), 0, batch, invisible_ms, matches, client_id=client_id
+                )
                 found = [(msg, handle, attempt, queue_id) for msg, handle, attempt in popped]
             for qid in self.receive_order(topic, queue_id, every_queue):
                 if len(found) >= batch:
                     break
                 pop = self.pop_orderly if orderly else self.pop_from
-                popped = await pop(group, topic, qid, batch - len(found), invisible_ms, matches)
+                popped = await pop(group, topic, qid, batch - len(found), invisible_ms, matches, client_id=client_id)
                 found += [(msg, handle, attempt, qid) for msg, handle, attempt in popped]
             if found or loop.time() >= deadline or not self.serving:
                 return found
@@ -150,6 +156,8 @@ class ConsumeService:
         deadline: float,
         segment: Segment,
         long_poll: bool,
+        *,
+        client_id: str = "",
     ) -> list[tuple[Message, ReceiptHandle, int, bool]]:
         """A receive of one segment of a static topic's logical queue, held here: the group's retries
         first (unless orderly), then the segment's physical queue; waits for new messages
@@ -160,11 +168,13 @@ class ConsumeService:
         loop = asyncio.get_running_loop()
         while True:
             if not orderly:
-                popped = await self.pop_from(group, retry_topic(group, topic), 0, batch, invisible_ms, matches)
+                popped = await self.pop_from(
+                    group, retry_topic(group, topic), 0, batch, invisible_ms, matches, client_id=client_id
+                )
                 found = [(m, h, a, False) for m, h, a in popped]
             if len(found) < batch:
                 pop = self.pop_orderly if orderly else self.pop_from
-                popped = await pop(group, topic, segment.queue_id, batch - len(found), invisible_ms, matches)
+                popped = await pop(group, topic, segment.queue_id, batch - len(found), invisible_ms, matches, client_id=client_id)
                 found += [(m, h, a, True) for m, h, a in popped]
             if found or not long_poll or loop.time() >= deadline or not self.serving:
                 return found
@@ -198,7 +208,9 @@ class ConsumeService:
 
     # --- pops -------------------------------------------------------------------------------------
 
-    async def pop_from(self, group: str, topic: str, queue_id: int, count: int, invisible_ms: int, matches: Matches) -> Popped:
+    async def pop_from(
+        self, group: str, topic: str, queue_id: int, count: int, invisible_ms: int, matches: Matches, *, client_id: str = ""
+    ) -> Popped:
         async with self._locks[(group, topic, queue_id)]:
             if not self.serving:
                 return []
@@ -207,9 +219,11 @@ class ConsumeService:
             chosen, attempts, skipped = await self._read_again(topic, queue_id, sorted(state.redeliver.items())[:count])
             if len(chosen) < count:  # revived in place above (acting master); new messages below
                 await self._read_new(topic, queue_id, state.pop_offset, count - len(chosen), matches, chosen, attempts, skipped)
-            return await self._hand_out(group, topic, queue_id, chosen, attempts, skipped, invisible_ms)
+            return await self._hand_out(group, topic, queue_id, chosen, attempts, skipped, invisible_ms, client_id=client_id)
 
-    async def pop_orderly(self, group: str, topic: str, queue_id: int, count: int, invisible_ms: int, matches: Matches) -> Popped:
+    async def pop_orderly(
+        self, group: str, topic: str, queue_id: int, count: int, invisible_ms: int, matches: Matches, *, client_id: str = ""
+    ) -> Popped:
         """An orderly pop (brokers/core/fifo.py ``plan_orderly_pop``): nothing while a delivery of the
         queue is invisible; else spent messages to the DLQ, the rest handed out again in place, then
         new ones. The DLQ needs a log to write: an acting master hands every message out again."""
@@ -233,7 +247,7 @@ class ConsumeService:
                 await self._read_new(topic, queue_id, start, plan.new, matches, chosen, attempts, skipped)
             # lockInStrictMode: the queue's lock (what is in flight) is granted by a quorum of the group
             quorum = self.config.totalReplicas // 2 + 1 if self.config.lockInStrictMode else 0
-            return await self._hand_out(group, topic, queue_id, chosen, attempts, skipped, invisible_ms, quorum)
+            return await self._hand_out(group, topic, queue_id, chosen, attempts, skipped, invisible_ms, quorum, client_id)
 
     async def _read_again(self, topic, queue_id, due) -> tuple[list[Message], list[int], list[int]]:
         """The messages at ``due`` (offset, attempt), to hand out again: (messages, attempts, offsets gone)."""
@@ -262,9 +276,10 @@ class ConsumeService:
             attempts.append(int(m.properties.get("RECONSUME_TIME", "0")) + 1)
             taken += 1
 
-    async def _hand_out(self, group, topic, queue_id, chosen, attempts, skipped, invisible_ms, quorum=0) -> Popped:
-        """Put ``chosen`` in flight and ``skipped`` done, record it (on ``quorum`` replicas at least),
-        and pair each message with its handle."""
+    async def _hand_out(self, group, topic, queue_id, chosen, attempts, skipped, invisible_ms, quorum=0, client_id="") -> Popped:
+        """Put ``chosen`` in flight and ``skipped`` done, record it (on ``quorum`` replicas at least,
+        with the receiving client and the time: a message's trace, brokers/core/trace.py), and pair
+        each message with its handle."""
         if not chosen and not skipped:
             return []
         offsets = [m.queue_offset for m in chosen]
@@ -274,7 +289,17 @@ class ConsumeService:
         self.pop.finish(group, topic, queue_id, skipped)
         entries = [[h.offset, queue.in_flight[h.offset].deadline_ms, queue.in_flight[h.offset].attempt, h.nonce] for h in handles]
         try:
-            await self.record("pop", quorum, group=group, topic=topic, queueId=queue_id, entries=entries, skipped=skipped)
+            await self.record(
+                "pop",
+                quorum,
+                group=group,
+                topic=topic,
+                queueId=queue_id,
+                entries=entries,
+                skipped=skipped,
+                clientId=client_id,
+                popTimeMs=now_ms(),
+            )
         except NotStored:
             # Not handed out: the replicas never see this pop, so the messages must stay unpopped here
             # too (kept in flight, a later pop's record would move the replicas' pop offset past them
@@ -515,19 +540,28 @@ class ConsumeService:
         then let it go from the queue: the put comes first, so a crash in between redelivers, never
         loses. The caller holds the queue's lock. False if the put failed (it stays where it is)."""
         offset = m.queue_offset
-        origin = m.properties.get("ORIGIN_TOPIC", topic)
-        props = {**m.properties, "RECONSUME_TIME": str(attempt), "ORIGIN_TOPIC": origin}
-        target = dlq_topic(group) if dead else retry_topic(group, origin)
+        props = moved_properties(m.properties, topic, attempt, dead)
+        target = dlq_topic(group) if dead else retry_topic(group, props["ORIGIN_TOPIC"])
         self.ensure_topic(target)
-        result = await self.store.put_message(
-            Message(target, 0, m.body, props, m.flag, m.sys_flag, born_timestamp=m.born_timestamp)
+        copy = Message(
+            target,
+            0,
+            m.body,
+            props,
+            m.flag,
+            m.sys_flag,
+            born_timestamp=m.born_timestamp,
+            born_host=m.born_host,
+            store_host=(self.config.brokerIP1, self.config.listenPort),  # its offset message id names this broker
+            reconsume_times=attempt,
         )
+        result = await self.store.put_message(copy)
         if result.status is not PutMessageStatus.PUT_OK:
             log.warning("moving %s/%d@%d into %s failed: %s", topic, queue_id, offset, target, result.status)
             return False
         self.pop.queue(group, topic, queue_id).finish(offset)
         try:
-            await self.record("finish", group=group, topic=topic, queueId=queue_id, offsets=[offset])
+            await self.record("finish", group=group, topic=topic, queueId=queue_id, offsets=[offset], movedTo=target)
         except NotStored as exc:
             log.warning("revive of %s/%d@%d not recorded (%s); a new master revives it again", topic, queue_id, offset, exc)
         return True

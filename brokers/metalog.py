@@ -20,6 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 
+from .core.trace import record_trace_keys
 from .meta import META_TOPIC, SNAPSHOT, ConsumerMeta, MetaRejected
 from .pop import now_ms
 from .store.message import Message
@@ -76,7 +77,10 @@ class MetaLog:
         """Store one record in this broker's log; PUT_OK once it is where sends are (quorum), and on
         at least ``min_acks`` replicas (a FIFO queue's lock under lockInStrictMode)."""
         body = json.dumps(record, separators=(",", ":")).encode()
-        result = (await self.store.put_messages([Message(META_TOPIC, 0, body, {"META": record["kind"]})], min_acks))[0]
+        props = {"META": record["kind"]}
+        if keys := record_trace_keys(record):  # a message's trace finds the records of its position (core/trace.py)
+            props["KEYS"] = " ".join(keys)
+        result = (await self.store.put_messages([Message(META_TOPIC, 0, body, props)], min_acks))[0]
         if result.status is PutMessageStatus.PUT_OK and result.queue_offset >= self.cursor:
             self.cursor = self.meta.cursor = result.queue_offset + 1
         return result

@@ -15,12 +15,14 @@ from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as spb
 
+from ..clients_report import CLIENT_ID_KEY, GrpcClients, caller_of
 from ..config import BrokerConfig
 from ..consuming import ConsumeService, Matches, NotStored
 from ..core.delay_levels import DELAY
 from ..core.fifo import SHARDING_KEY
 from ..core.pop import ReceiptHandle, tag_matcher
 from ..core.timer import TIMER_KEYS
+from ..core.views import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, DLQ_REASON, ORIGIN_MESSAGE_ID, RESEND_ID, RETRY_TOPIC
 from ..static import StaticQueues
 from ..store.message import Message
 from ..topics import TopicConfigManager
@@ -39,6 +41,14 @@ SYSTEM_KEYS = frozenset(
         "RECONSUME_TIME",
         "ORIGIN_TOPIC",
         "ORIGIN_QUEUE_ID",
+        # RocketMQ's (MessageConst.STRING_HASH_SET: never user properties) and this broker's, on
+        # retried, dead and resent messages (brokers/core/views.py)
+        RETRY_TOPIC,
+        ORIGIN_MESSAGE_ID,
+        DLQ_ORIGIN_TOPIC,
+        DLQ_ORIGIN_MESSAGE_ID,
+        DLQ_REASON,
+        RESEND_ID,
         SHARDING_KEY,
         DELAY,
         *TIMER_KEYS,
@@ -79,9 +89,13 @@ class ReceivingHandler:
         static: StaticQueues,
         hops: StaticHops,
         to_master: Forwarder,
+        clients: GrpcClients | None = None,
     ):
+        """``clients``: the connected clients (a receive tells which queues a client holds; None: a
+        registry of this handler's own)."""
         self.config, self.consuming, self.topics, self.static = config, consuming, topics, static
         self.hops, self.to_master = hops, to_master
+        self.clients = clients if clients is not None else GrpcClients()
         self._forwarding = lambda: not consuming.serving  # a plain slave hands consumers' calls on
 
     # --- receive ----------------------------------------------------------------------------------
@@ -96,9 +110,12 @@ class ReceivingHandler:
         if topic not in self.topics.topics:
             yield spb.ReceiveMessageResponse(status=status(pb.Code.TOPIC_NOT_FOUND))
             return
+        caller = caller_of(context)
         if not self.consuming.serving:
+            # the receiving client's id goes along: the serving broker's pop records name it (a trace)
+            client = ((CLIENT_ID_KEY, caller.client_id),) if caller.client_id else None
             try:
-                async for response in self.to_master.stream("ReceiveMessage", request, context, self._forwarding):
+                async for response in self.to_master.stream("ReceiveMessage", request, context, self._forwarding, client):
                     yield response
                 return
             except NoServingBroker as exc:
@@ -111,14 +128,17 @@ class ReceivingHandler:
         # Answer before the client's own deadline (request timeout + await duration): keep a margin.
         deadline = asyncio.get_running_loop().time() + max(0.0, _ms(request.long_polling_timeout) / 1000 - 0.5)
         every_queue = bool(client_language(context))
+        self.clients.received(caller, group, topic, queue_id)
         static = self.static.get(topic)
         if static is not None:  # a static topic's logical queue (logical.py)
-            pop_segment = partial(self._pop_segment, group, topic, batch, invisible_ms, matches)
+            pop_segment = partial(self._pop_segment, group, topic, batch, invisible_ms, matches, caller.client_id)
             async for answer in self.hops.receive_static(request, context, static, every_queue, pop_segment, deadline):
                 yield answer
             return
         try:
-            found = await self.consuming.receive(group, topic, queue_id, batch, invisible_ms, matches, every_queue, deadline)
+            found = await self.consuming.receive(
+                group, topic, queue_id, batch, invisible_ms, matches, every_queue, deadline, client_id=caller.client_id
+            )
             outcome: list[pb.Message] | NotStored = [
                 self.client_message(msg, handle, attempt, invisible_ms, qid) for msg, handle, attempt, qid in found
             ]
@@ -128,13 +148,25 @@ class ReceivingHandler:
             yield answer
 
     async def _pop_segment(
-        self, group: str, topic: str, batch: int, invisible_ms: int, matches: Matches, deadline: float, lid, segment, long_poll
+        self,
+        group: str,
+        topic: str,
+        batch: int,
+        invisible_ms: int,
+        matches: Matches,
+        client_id: str,
+        deadline: float,
+        lid,
+        segment,
+        long_poll,
     ):
         """The answers to a receive of one segment of a static topic's logical queue ``lid``, held
         here (brokers/consuming.py ``receive_segment``). Clients see the logical queue and offsets;
         handles name this broker set."""
         try:
-            found = await self.consuming.receive_segment(group, topic, batch, invisible_ms, matches, deadline, segment, long_poll)
+            found = await self.consuming.receive_segment(
+                group, topic, batch, invisible_ms, matches, deadline, segment, long_poll, client_id=client_id
+            )
         except NotStored as exc:
             for answer in answers(exc):
                 yield answer

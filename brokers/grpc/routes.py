@@ -14,13 +14,14 @@ from rocketmq.grpc_protocol import service_pb2 as spb
 
 from mqrules.topic_attributes import DEFAULT_MESSAGE_TYPE, TopicMessageType, accepted_message_types
 
+from ..clients_report import Caller, GrpcClients, caller_of
 from ..config import BrokerConfig
 from ..static import StaticQueues
 from ..topics import TopicConfigManager
 from .clients import MULTI_ADDRESS_CLIENTS, ONE_REPLICA_PER_QUEUE_CLIENTS, client_language
 from .codes import permission, status
 from .producers import ProducerStreams
-from .settings import client_settings
+from .settings import CONSUMERS, client_settings
 
 # Per topic message type (message.type): what its route's queues accept; computed once.
 _ROUTE_ACCEPTS = {t: [pb.MessageType.Value(a) for a in accepted_message_types(t)] for t in TopicMessageType}
@@ -75,9 +76,12 @@ class RouteHandler:
         static: StaticQueues,
         producers: ProducerStreams,
         fifo_topics: Callable[[], Collection[str]],
+        clients: GrpcClients,
     ):
+        """``clients``: the connected clients, as their Heartbeat, Telemetry and termination tell."""
         self.config, self.http, self.topics, self.static = config, http, topics, static
         self.producers, self.fifo_topics = producers, fifo_topics
+        self.clients = clients
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context) -> spb.QueryRouteResponse:
         return await self._route(request.topic, client_language(context))
@@ -165,7 +169,24 @@ class RouteHandler:
         return spb.QueryRouteResponse(status=status(pb.Code.OK), message_queues=queues)
 
     async def Heartbeat(self, request, context) -> spb.HeartbeatResponse:
+        consumer = request.client_type in CONSUMERS
+        self.clients.heartbeat(caller_of(context), request.group.name, consumer)
         return spb.HeartbeatResponse(status=status(pb.Code.OK))
+
+    def _settings_heard(self, caller: Caller, asked: pb.Settings) -> None:
+        subscriptions = [
+            {
+                "topic": e.topic.name,
+                "expression": e.expression.expression or "*",
+                "type": "SQL92" if e.expression.type == pb.FilterType.SQL else "TAG",
+            }
+            for e in asked.subscription.subscriptions
+        ]
+        group = asked.subscription.group.name if asked.HasField("subscription") else ""
+        ua = asked.user_agent
+        known = ua.language != pb.Language.LANGUAGE_UNSPECIFIED and ua.language in pb.Language.values()
+        agent = (pb.Language.Name(ua.language), ua.version) if known else None
+        self.clients.settings(caller, [t.name for t in asked.publishing.topics], group, subscriptions, agent)
 
     async def Telemetry(self, request_iterator, context):
         """Settings exchange: every settings command is answered at once with an OK status and the
@@ -174,12 +195,15 @@ class RouteHandler:
         (producers.py; which broker of the set relays it: brokers/transaction_check.py)."""
         out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
         groups: set[str] = set()
+        caller = caller_of(context)
+        self.clients.stream_opened(caller)
 
         async def read() -> None:
             try:
                 async for command in request_iterator:
                     if command.HasField("settings"):
                         asked = command.settings
+                        self._settings_heard(caller, asked)
                         out.put_nowait(
                             spb.TelemetryCommand(
                                 status=status(pb.Code.OK),
@@ -202,6 +226,8 @@ class RouteHandler:
             reader.cancel()
             for group in groups:
                 self.producers.remove(group, out)
+            self.clients.stream_closed(caller.client_id)  # gone with its stream (a live client opens another)
 
     async def NotifyClientTermination(self, request, context) -> spb.NotifyClientTerminationResponse:
+        self.clients.terminated(caller_of(context).client_id)
         return spb.NotifyClientTerminationResponse(status=status(pb.Code.OK))

@@ -26,6 +26,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2_grpc as rpc
 
+from ..clients_report import GrpcClients
 from ..config import BrokerConfig
 from ..metrics import Traffic
 from ..services import BrokerServices
@@ -121,7 +122,8 @@ class MessagingService(rpc.MessagingServiceServicer):
 
 
 class GrpcEndpoint:
-    """The gRPC edge. Public for the composition root: ``producers`` (the checks' LocalProducers),
+    """The gRPC edge. Public for the composition root: ``clients`` (those connected now),
+    ``producers`` (the checks' LocalProducers),
     ``escape`` (an acting master's way out), ``master_changed()`` and ``close()``."""
 
     def __init__(
@@ -134,10 +136,11 @@ class GrpcEndpoint:
         self.escape = EscapeBridge(config.brokerName, http, services.traffic, tls)  # an acting master's way out (RIP-32)
         self.forwarder = Forwarder(config.brokerName, config.grpc_addr, http, tls)  # to this set's serving broker
         self.hops = StaticHops(config.grpc_addr, http, static, consuming)
+        self.clients = GrpcClients()  # the clients connected now (the broker_status report's clients)
         self.servicer = MessagingService(
-            RouteHandler(config, http, topics, static, self.producers, consuming.fifo_topics),
+            RouteHandler(config, http, topics, static, self.producers, consuming.fifo_topics, self.clients),
             SendingHandler(sending, self.forwarder, self.hops, static),
-            ReceivingHandler(config, consuming, topics, static, self.hops, self.forwarder),
+            ReceivingHandler(config, consuming, topics, static, self.hops, self.forwarder, self.clients),
             TransactionHandler(services.transactions, self.forwarder, sending.forwards),
             services.traffic,
             access,

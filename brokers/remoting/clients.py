@@ -32,6 +32,7 @@ from mqrules.remoting.headers import (
     parse_header,
 )
 
+from ..clients_report import HELD_S, wall_ms
 from ..core.pop import tag_matcher
 from ..core.timer import REAL_QID, REAL_TOPIC
 from ..core.transaction import TRANSACTION_ID
@@ -132,6 +133,7 @@ class ClientRegistry:
         self.producers: dict[str, dict[str, Connection]] = {}  # group -> client id -> connection
         self._producer_seen: dict[tuple[str, str], float] = {}
         self._sending: set[asyncio.Task] = set()  # oneway requests being written to clients
+        self._held: dict[tuple[str, str], dict[tuple[str, int], float]] = {}  # (client, group) -> queue -> last pull
         self.group_added = group_added
 
     def handlers(self) -> dict[int, Callable]:
@@ -250,6 +252,35 @@ class ClientRegistry:
     def groups(self) -> list[str]:
         return sorted(self.consumers)
 
+    def pulled(self, connection: Connection, group: str, topic: str, queue_id: int) -> None:
+        """A pull of the queue by the client on ``connection``: it holds the queue (the report's queues)."""
+        if connection.client_id is not None:
+            self._held.setdefault((connection.client_id, group), {})[(topic, queue_id)] = time.monotonic()
+
+    def report(self) -> list[dict]:
+        """The clients connected now, one entry each (the broker_status report's ``clients``,
+        brokers/clients_report.py; docs/messages.md §4)."""
+        out: dict[str, dict] = {}
+        now = time.monotonic()
+        for group in list(self.consumers):
+            for c in self.live(group):
+                entry = _entry(out, c.client_id, c.connection, c.seen)
+                entry["consumerGroups"].append(group)
+                entry["subscriptions"][group] = [
+                    {"topic": s.topic, "expression": s.expression, "type": s.expression_type.upper()}
+                    for s in c.subscriptions.values()
+                ]
+                entry["topics"] += [t for t in c.subscriptions if t not in entry["topics"]]
+                held = self._held.get((c.client_id, group), {})
+                entry["queues"][group] = [[t, q] for (t, q), at in sorted(held.items()) if now - at <= HELD_S]
+        for group in list(self.producers):
+            for cid, connection in self._producers(group):
+                entry = _entry(out, cid, connection, self._producer_seen.get((group, cid), now))
+                entry["producerGroups"].append(group)
+        live = {(cid, g) for cid, e in out.items() for g in e["consumerGroups"]}
+        self._held = {k: v for k, v in self._held.items() if k in live}
+        return [out[cid] for cid in sorted(out)]
+
     async def notify_changed(self, group: str, but: str | None = None) -> None:
         """NOTIFY_CONSUMER_IDS_CHANGED (oneway) to every other consumer of the group."""
         header = encode_header({"consumerGroup": group})
@@ -332,6 +363,27 @@ class ClientRegistry:
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
         return True
+
+
+def _entry(out: dict[str, dict], client_id: str, connection: Connection, seen: float) -> dict:
+    """The report's entry of one client (made at its first group), last seen at its newest heartbeat."""
+    entry = out.get(client_id)
+    if entry is None:
+        entry = out[client_id] = {
+            "clientId": client_id,
+            "language": connection.language.name,
+            "version": str(connection.version),
+            "address": connection.remote,
+            "protocol": "remoting",
+            "lastSeenMs": 0,
+            "producerGroups": [],
+            "consumerGroups": [],
+            "topics": [],
+            "subscriptions": {},
+            "queues": {},
+        }
+    entry["lastSeenMs"] = max(entry["lastSeenMs"], wall_ms(seen))
+    return entry
 
 
 def _objects(raw: object) -> Iterable[dict]:

@@ -51,6 +51,7 @@ from ..consuming import ConsumeService, NotStored
 from ..core.admission import MessageType, Outgoing, Verdict
 from ..core.delay_levels import DELAY
 from ..core.pop import dlq_topic, tag_matcher
+from ..core.views import DLQ_ORIGIN_MESSAGE_ID, DLQ_ORIGIN_TOPIC, DLQ_REASON, MAX_RECONSUME_EXCEEDED
 from ..sending import SendService
 from ..store.consumequeue import tags_code
 from ..store.message import Message, decode
@@ -136,6 +137,7 @@ class ConsumerHandler:
         flags = int(h["sysFlag"])  # type: ignore[arg-type]
         if (problem := self._queue_problem(request, topic, queue_id, read=True)) is not None:
             return problem
+        self.clients.pulled(connection, group, topic, queue_id)
         if flags & FLAG_SUBSCRIPTION:
             expression, kind = str(h["subscription"] or "*"), str(h["expressionType"] or "TAG")
         else:
@@ -332,6 +334,8 @@ class ConsumerHandler:
         props.pop(DELAY, None)
         if times >= limit or level < 0:
             target, kind = dlq_topic(group), MessageType.NORMAL
+            props[DLQ_ORIGIN_TOPIC], props[DLQ_ORIGIN_MESSAGE_ID] = props[RETRY_TOPIC], props[ORIGIN_MESSAGE_ID]
+            props[DLQ_REASON] = MAX_RECONSUME_EXCEEDED if times >= limit else "sent to the DLQ by the consumer"
         else:
             target, kind = RETRY_PREFIX + group, MessageType.DELAY
             props[DELAY] = str(level if level > 0 else FIRST_RETRY_LEVEL + times)

@@ -6,7 +6,8 @@ on the broker's remoting listener (server.py), beside the peer channel's.
 
 Handlers, by area: sending.py (10, 310, 320), consumer.py (11, 14, 15, 29-33, 36), clients.py (34, 35,
 38, 203, and the broker's 39 and 40 to clients), locks.py (41, 42), admin.py (mqadmin's and the
-dashboard's reads: 21, 28, 201, 202, 208), and END_TRANSACTION (37) here.
+dashboard's reads: 21, 28, 201, 202, 208), query.py (QUERY_MESSAGE 12, from the store's index), and
+END_TRANSACTION (37) here.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from .clients import ClientRegistry
 from .consumer import ConsumerHandler
 from .guard import AccessCheck, guarded
 from .locks import AskReplicas, LockHandler, RebalanceLocks
+from .query import QueryHandler
 from .sending import PUT_CODES, SendingHandler
 from .server import Connection, Handler
 
@@ -89,6 +91,7 @@ class RemotingEndpoint:
             ).handlers(),
             RequestCode.END_TRANSACTION: self.end_transaction,
             **AdminRequests(config, store, topics, consuming.meta, ports.runtime).handlers(),
+            **QueryHandler(store).handlers(),
         }
         self._handlers = guarded(access, self._handlers)
 
