@@ -137,10 +137,12 @@ def grpc_send_rate(
     *,
     metadata: Callable[[], tuple] | None = None,
     tls: object | None = None,
+    keys: Callable[[int], str] | None = None,
 ) -> float:
     """msgs/s of ``count`` 1 KB messages sent over gRPC to ``port`` in batched SendMessage requests;
     ``metadata()`` gives each request's metadata (a signature, as the official clients sign every call),
-    ``tls`` (grpc.ChannelCredentials) makes the channel a TLS one."""
+    ``tls`` (grpc.ChannelCredentials) makes the channel a TLS one; ``keys(n)``, when given, is message
+    n's key (its ``KEYS``; its unique key is always set)."""
     import grpc
     from rocketmq.grpc_protocol import definition_pb2 as pb
     from rocketmq.grpc_protocol import service_pb2 as spb
@@ -160,7 +162,10 @@ def grpc_send_rate(
                             topic=pb.Resource(name=topic),
                             body=BODY,
                             system_properties=pb.SystemProperties(
-                                message_id=f"{n:032X}", body_encoding=pb.Encoding.IDENTITY, message_type=pb.MessageType.NORMAL
+                                message_id=f"{n:032X}",
+                                body_encoding=pb.Encoding.IDENTITY,
+                                message_type=pb.MessageType.NORMAL,
+                                keys=[keys(n)] if keys else [],
                             ),
                         )
                         for n in range(first, min(count, first + batch))

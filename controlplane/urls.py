@@ -41,6 +41,8 @@ urlpatterns = [
         else []
     ),
     path("api/v1/operations/", include("controlplane.operations.urls")),
+    # messages, traces, dead letters and connected clients of a cluster (docs/messages.md §5)
+    path("api/v1/clusters/", include("controlplane.operations.messages_urls")),
     # offset-rollback audits: REST and the results page
     path("api/v1/audits/", include((audits_urls.api_urlpatterns, "audits-api"))),
     path("audits/", include((audits_urls.page_urlpatterns, "audits"))),

@@ -2,7 +2,7 @@ from django.urls import path, register_converter
 
 from mqrules import validation
 
-from . import action_views, views
+from . import action_views, messages_pages, views
 
 
 class BrokerNameConverter:
@@ -47,6 +47,13 @@ urlpatterns = [
     path("config/", views.config, name="config"),
     path("audit/", views.audit, name="audit"),
     path("acl/", views.acl, name="acl"),
+    # Messages, dead letters, clients (messages_pages.py; docs/messages.md)
+    path("messages/", messages_pages.messages_page, name="messages"),
+    path("messages/<brokername:cluster>/<str:msg_id>/", messages_pages.message_page, name="message"),
+    path("dead-letters/", messages_pages.dead_letters_page, name="dead-letters"),
+    path("dead-letters/<brokername:cluster>/<topic:group>/export", messages_pages.dead_letters_export, name="dlq-export"),
+    path("dead-letters/<brokername:cluster>/<topic:group>/resend", messages_pages.dlq_resend, name="dlq-resend"),
+    path("clients/", messages_pages.clients_page, name="clients"),
     # Operator actions (action_views.py): JSON, operators only, CSRF
     path("groups/<brokername:broker_name>/elect-preview", action_views.elect_preview, name="elect-preview"),
     path("groups/<brokername:broker_name>/elect", action_views.elect, name="elect"),

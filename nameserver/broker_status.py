@@ -3,10 +3,11 @@
 (mqadmin ``brokerStatus`` / ``getBrokerConfig``), consumer progress (``consumerProgress``) and the
 per-queue min / max offsets of a topic (``topicStatus``).
 
-Per broker three strings, ``ns:bs:<cluster>/<addr>:head`` (status, config, dynamic keys: small, read by
+Per broker four strings, ``ns:bs:<cluster>/<addr>:head`` (status, config, dynamic keys: small, read by
 the broker pages), ``...:data`` (queues and offsets: read for progress) and ``...:mode`` (its
 metaMode and the few config keys read for every set at once, ``SUMMARY_CONFIG_KEYS``: the overview and
-the metrics, whose thousand sets would otherwise read every broker's config), and one index
+the metrics, whose thousand sets would otherwise read every broker's config), ``...:clients`` (the
+clients connected to it: ``connected_clients``, docs/messages.md §4), and one index
 ``ns:bs-index`` of members scored by report time. Stamps are Redis's clock, as liveness's are. A
 report lives ``TTL_MILLIS`` after its last refresh: long enough that a dead master's last offsets
 are still shown (as stale) while its set has no master, short enough that a broker gone for good
@@ -26,6 +27,7 @@ from controlplane.redis import LUA_NOW_MS, async_client, key, sync_client
 
 from . import liveness
 from .core import broker_status as core
+from .core import clients as clients_core
 from .core.acting import ReportedMode
 
 TTL_MILLIS = 600_000
@@ -33,8 +35,9 @@ TTL_MILLIS = 600_000
 # quorum keys (the headroom, controlplane/operations/headroom.py).
 SUMMARY_CONFIG_KEYS = frozenset({"brokerStatusReportInterval", "inSyncReplicas", "minInSyncReplicas", "allAckInSyncStateSet"})
 
-# KEYS: head, data, index, mode, metrics targets. ARGV: ttl ms, member, head JSON, data JSON, mode JSON,
-# metrics target JSON ('' when the report says nothing of it, '-' when it has none: metricsAddr null).
+# KEYS: head, data, index, mode, metrics targets, clients. ARGV: ttl ms, member, head JSON, data JSON, mode
+# JSON, metrics target JSON ('' when the report says nothing of it, '-' when it has none: metricsAddr
+# null), clients JSON.
 _STORE = (
     LUA_NOW_MS
     + """
@@ -42,6 +45,7 @@ local ttl = tonumber(ARGV[1])
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ttl)
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ttl)
 redis.call('SET', KEYS[4], ARGV[5], 'PX', ttl)
+redis.call('SET', KEYS[6], ARGV[7], 'PX', ttl)
 redis.call('ZADD', KEYS[3], now, ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now - ttl))
 if ARGV[6] == '-' then
@@ -112,18 +116,20 @@ def _store_args(report: dict) -> list:
     }
     prefix = _record_prefix() + member
     return [
-        5,
+        6,
         prefix + ":head",
         prefix + ":data",
         _index_key(),
         prefix + ":mode",
         _targets_key(),
+        prefix + ":clients",
         TTL_MILLIS,
         member,
         json.dumps(head, separators=(",", ":")),
         json.dumps(data, separators=(",", ":")),
         json.dumps(mode, separators=(",", ":")),
         _target(report),
+        json.dumps(report.get("clients", []), separators=(",", ":")),
     ]
 
 
@@ -282,3 +288,20 @@ def topic_readers(topic: str, broker_names: set[str] | None = None, cluster_name
         if p.topic == topic and (broker_names is None or p.broker_name in broker_names):
             on_topic[p.group] = on_topic.get(p.group, 0) + p.lag
     return [{"group": g, "topicLag": lag, "lag": total[g]} for g, lag in on_topic.items()]
+
+
+def connected_clients(cluster_name: str | None = None, group: str | None = None, topic: str | None = None) -> dict:
+    """The clients connected now (docs/messages.md §4-5: ``{"producers", "consumers"}``, one row per
+    (group, client)), from the ``clients`` of every live broker's fresh report (of one cluster); a dead or
+    silent broker's clients are not shown."""
+    now, heads = _read(":head")
+    chosen = [(m, h) for m, h, at in heads if _in(h, cluster_name) and not core.is_stale(h, at, now)]
+    alive = _alive([m for m, _ in chosen])
+    chosen = [(m, h) for m, h in chosen if m in alive]
+    if not chosen:
+        return clients_core.connections([], group, topic)
+    bodies = sync_client().mget([_record_prefix() + m + ":clients" for m, _ in chosen])
+    reports = [
+        clients_core.BrokerClients(h["brokerName"], json.loads(body)) for (_, h), body in zip(chosen, bodies, strict=True) if body
+    ]
+    return clients_core.connections(reports, group, topic)

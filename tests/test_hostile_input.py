@@ -42,6 +42,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 OPS = "/api/v1/operations"
 AUD = "/api/v1/audits"
+CLUSTERS = "/api/v1/clusters"
 M, S1 = "127.0.0.1:10911", "127.0.0.1:10921"
 DEEP = "[" * 50_000 + "]" * 50_000
 
@@ -69,6 +70,7 @@ BODY_ENDPOINTS = {
     "ctl config": ("patch", f"{CTL}/config", {"enableElectUncleanMaster": True}),
     "ops isolate": ("post", f"{OPS}/brokers/isolate", {"brokerName": "b1", "brokerId": 0}),
     "ops unisolate": ("post", f"{OPS}/brokers/unisolate", {"brokerName": "b1", "brokerId": 0}),
+    "dlq resend": ("post", f"{CLUSTERS}/c1/dlq/g1/resend", {"msgIds": ["7F00000100002A9F0000000000000000"], "dryRun": True}),
     "audits offset-events": (
         "post",
         f"{AUD}/offset-events",
@@ -252,6 +254,17 @@ BAD_PARAMETERS = {
     "audit findings ?run with a newline": ("get", f"{AUD}/findings?run=latest%0A"),
     "audit findings ?run in Arabic digits": ("get", f"{AUD}/findings?run=%D9%A1"),
     "audit runs ?limit": ("get", f"{AUD}/runs?limit=%00"),
+    "messages ?topic": ("get", f"{CLUSTERS}/c1/messages?topic=T%00"),
+    "messages ?key": ("get", f"{CLUSTERS}/c1/messages?topic=TopicA&key=k%00"),
+    "messages ?max in Arabic digits": ("get", f"{CLUSTERS}/c1/messages?topic=TopicA&max=%D9%A1"),
+    "message id": ("get", f"{CLUSTERS}/c1/messages/%00"),
+    "message id of 5000 digits": ("get", f"{CLUSTERS}/c1/messages/{'7' * 5000}/trace"),
+    "by offset ?commitLogOffset beyond a long": (
+        "get",
+        f"{CLUSTERS}/c1/messages/by-offset?brokerName=b1&commitLogOffset=9223372036854775808",
+    ),
+    "dead letters of a group": ("get", f"{CLUSTERS}/c1/dlq/g%001"),
+    "clients ?group": ("get", f"{CLUSTERS}/c1/clients?group=g%001"),
 }
 
 

@@ -18,7 +18,7 @@ remappingStaticTopic) show their preview first and apply after a confirmation; `
 without asking, ``--preview`` changes nothing.
 """
 
-from controlplane.cli import acl, audits, brokers, consumers, controller, operations, static_topics, topics  # noqa: F401 - their verbs
+from controlplane.cli import acl, audits, brokers, consumers, controller, messages, operations, static_topics, topics  # noqa: F401 - their verbs
 from controlplane.cli.root import main
 
 __all__ = ["main"]

@@ -15,6 +15,8 @@ from enum import StrEnum
 from mqrules import validation as v
 from mqrules.keyed_config import BROKER_SECRET_KEYS
 
+from .clients import parse_clients
+
 MAX_QUEUE_ROWS = 100_000
 MAX_OFFSET_ROWS = 200_000
 MAX_CONFIG_KEYS = 500
@@ -205,6 +207,10 @@ def parse_report(payload: object) -> dict:
             report[field] = parse(payload.get(field, [] if field in ("queues", "offsets") else {}))
         except v.Invalid as exc:
             errors[field] = exc.fields
+    try:
+        report["clients"] = parse_clients(payload.get("clients", []))  # docs/messages.md §4
+    except v.Invalid as exc:
+        errors["clients"] = exc.fields
     keys = payload.get("dynamicKeys", [])
     if isinstance(keys, list) and len(keys) <= MAX_CONFIG_KEYS and all(isinstance(k, str) and k.isidentifier() for k in keys):
         report["dynamicKeys"] = sorted(set(keys) - BROKER_SECRET_KEYS)
