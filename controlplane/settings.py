@@ -158,7 +158,7 @@ REDIS_ASYNC_RETRY = Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.01), 3, (
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "controlplane.channel_layer.OneTripRedisChannelLayer",  # channels-redis's, one round trip a send
         "CONFIG": {
             # redis-py 8 defaults to a 5 s socket timeout, which equals channels-redis's 5 s BRPOP:
             # any latency then kills the consumer's receive loop. Give reads room beyond the BRPOP.
