@@ -93,7 +93,7 @@ async def fill(root: Path, count: int, body_size: int, store_host: tuple[str, in
         nonlocal next_n
         while next_n < count:
             first = next_n
-            next_n = min(count, first + batch)
+            last = next_n = min(count, first + batch)
             now = int(time.time() * 1000)
             messages = [
                 Message(
@@ -104,17 +104,17 @@ async def fill(root: Path, count: int, body_size: int, store_host: tuple[str, in
                     born_timestamp=now,
                     store_host=store_host,
                 )
-                for n in range(first, next_n)
+                for n in range(first, last)
             ]
             results = await store.put_messages(messages)
-            for n, result in zip(range(first, next_n), results, strict=True):
+            for n, result in zip(range(first, last), results, strict=True):
                 if result.status is not PutMessageStatus.PUT_OK:
                     raise SystemExit(f"message {n} not stored: {result.status}")
                 if n % sample_every == 0:
                     sampled.append(result.physical_offset)
-            if first // 1_000_000 != next_n // 1_000_000:
-                rate = next_n / (time.perf_counter() - started)
-                note(f"stored {next_n:,} of {count:,} ({rate:,.0f} msgs/s)")
+            if first // 1_000_000 != last // 1_000_000:
+                rate = last / (time.perf_counter() - started)
+                note(f"stored {last:,} of {count:,} ({rate:,.0f} msgs/s)")
 
     await asyncio.gather(*(sender() for _ in range(in_flight)))
     await store.shutdown()
@@ -169,7 +169,7 @@ def timed_queries(api: Api, count: int, queries: int, offsets: list[int], store_
 
 def start_broker(root: Path, name: str, url: str, token: str, ports: BrokerPorts | None = None, **keys: object):
     root.mkdir(parents=True, exist_ok=True)
-    TopicConfigManager(root / "config" / "topics.json").update(TopicConfig(TOPIC, QUEUES, QUEUES, 6))
+    TopicConfigManager(root / "store" / "config" / "topics.json").update(TopicConfig(TOPIC, QUEUES, QUEUES, 6))
     ports = ports or BrokerPorts.reserve()
     conf = write_broker_conf(
         root / "broker.conf",
@@ -213,7 +213,7 @@ def main() -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     env = fresh_standalone_env("message-query")
-    control = ControlPlane(env, out)
+    control = ControlPlane(env, out, fast=True)  # uvloop + httptools, as the demo serves
     processes = []
     try:
         control.start_web()

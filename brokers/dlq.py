@@ -133,9 +133,8 @@ class DeadLetters:
         if known is not None:
             return known
         key = resend_key(resend_id, dead.physical_offset)
-        for offset in await self.index.query_index(origin, key, dead.store_timestamp, now_ms() + 60_000, 4):
-            copy = await read_message(self.store, offset)
-            if copy is not None and key in copy.properties.get("KEYS", "").split(" "):
+        for copy in await self.index.query_index_messages(origin, key, dead.store_timestamp, now_ms() + 60_000, 4):
+            if key in copy.properties.get("KEYS", "").split(" "):
                 return self.queries.view(copy)["msgId"], copy.properties.get(UNIQ_KEY, "")
         return None
 

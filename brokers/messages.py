@@ -124,7 +124,7 @@ def check_range(payload: dict, fields: dict[str, list[str]], max_num: int = DEFA
 
 
 class IndexedStore(Protocol):
-    async def query_index(self, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[int]: ...
+    async def query_index_messages(self, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[Message]: ...
 
 
 class OffsetSearch(Protocol):
@@ -157,14 +157,9 @@ class MessageQueries:
         """The messages of ``topic`` whose unique key (``unique``) or one of whose keys is ``key``, stored
         in [begin, end], newest first, at most ``max_num``; and whether more were there."""
         index: IndexedStore = self.store  # type: ignore[assignment]
-        offsets = await index.query_index(topic, key, begin, end, max_num + 1)
-        found = []
-        for offset in offsets:
-            m = await read_message(self.store, offset)
-            if m is None or m.topic != topic:
-                continue
-            if (m.properties.get(UNIQ_KEY) == key) if unique else (key in keys_of(m.properties)):
-                found.append(m)
+        hits = await index.query_index_messages(topic, key, begin, end, max_num + 1)
+        # the index answers either kind of key; a unique-key lookup keeps the records whose UNIQ_KEY it is
+        found = [m for m in hits if ((m.properties.get(UNIQ_KEY) == key) if unique else (key in keys_of(m.properties)))]
         return found[:max_num], len(found) > max_num
 
     async def query_message(self, payload: dict) -> dict:

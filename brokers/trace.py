@@ -11,7 +11,7 @@ import json
 from .core.pop import RETRY_PREFIX, dlq_topic, retry_topic
 from .core.trace import Delivery, Noted, Position, decide, deliveries_at, trace_key
 from .core.views import UNIQ_KEY
-from .messages import IndexedStore, MessageQueries, check_int, check_name, invalid, read_message
+from .messages import IndexedStore, MessageQueries, check_int, check_name, invalid
 from .meta import MAX_NAME, META_TOPIC, ConsumerMeta
 from .pop import now_ms
 from .store.message import Message
@@ -69,33 +69,27 @@ class MessageTracer:
     async def _noted(self, topic: str, queue_id: int, queue_offset: int, since: int) -> list[Noted]:
         """The consumer-metadata records that name the position (its trace key in their KEYS)."""
         key = trace_key(topic, queue_id, queue_offset)
-        offsets = await self.index.query_index(
+        records = await self.index.query_index_messages(
             META_TOPIC, key, max(0, since - CLOCK_SLACK_MS), now_ms() + CLOCK_SLACK_MS, MAX_RECORDS
         )
         out = []
-        for offset in offsets:
-            m = await read_message(self.store, offset)
-            if m is None or m.topic != META_TOPIC:
-                continue
+        for m in records:
             try:
                 body = json.loads(m.body)
             except ValueError:
                 continue
             if isinstance(body, dict):
-                out.append(Noted(body, m.store_timestamp, offset))
+                out.append(Noted(body, m.store_timestamp, m.physical_offset))
         return out
 
     async def _copies(self, topic: str, uniq: str | None, since: int) -> list[Message]:
         """The message's copies in ``topic`` (a retry topic or a DLQ), oldest first."""
         if uniq is None:
             return []
-        offsets = await self.index.query_index(topic, uniq, max(0, since - CLOCK_SLACK_MS), now_ms() + CLOCK_SLACK_MS, MAX_COPIES)
-        copies = []
-        for offset in offsets:
-            m = await read_message(self.store, offset)
-            if m is not None and m.topic == topic and m.properties.get(UNIQ_KEY) == uniq:
-                copies.append(m)
-        return sorted(copies, key=lambda m: m.physical_offset)
+        found = await self.index.query_index_messages(
+            topic, uniq, max(0, since - CLOCK_SLACK_MS), now_ms() + CLOCK_SLACK_MS, MAX_COPIES
+        )
+        return sorted((m for m in found if m.properties.get(UNIQ_KEY) == uniq), key=lambda m: m.physical_offset)
 
     def _position(self, group: str, topic: str, queue_id: int, queue_offset: int) -> Position:
         return Position(topic, queue_id, queue_offset, self.meta.consumed_below(group, topic, queue_id))

@@ -95,15 +95,25 @@ class ControlPlane:
     """uvicorn + a Celery worker + Celery beat against ``env``'s database and Redis, logs under
     ``log_dir``. The web server keeps its port across restarts, so brokers reconnect to the same URL."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, port: int | None = None, *, tag: str = "", host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_dir: Path,
+        port: int | None = None,
+        *,
+        tag: str = "",
+        host: str = "127.0.0.1",
+        fast: bool = False,
+    ):
         """``tag``: appended to the process names and to the log and beat-schedule file names (several
         control planes, one folder). ``host``: the address uvicorn binds and ``url`` names (it must be
-        in ``env``'s DJANGO_ALLOWED_HOSTS)."""
+        in ``env``'s DJANGO_ALLOWED_HOSTS). ``fast``: uvloop + httptools, as the demo serves."""
         self.env = env
         self.port = port or free_port()
         self.url = f"http://{host}:{self.port}"
         self.beat_schedule = log_dir / f"celerybeat-schedule{tag}"
-        self.web = Process(f"uvicorn{tag}", uvicorn_argv(self.port, host=host), log_dir / f"uvicorn{tag}.log", env)
+        argv = uvicorn_argv(self.port, host=host, fast=fast)
+        self.web = Process(f"uvicorn{tag}", argv, log_dir / f"uvicorn{tag}.log", env)
         self.worker = Process(
             f"celery-worker{tag}", celery_worker_argv(), log_dir / f"celery-worker{tag}.log", env, term_leader_only=True
         )

@@ -405,7 +405,12 @@ class MessageIndex:
         """IndexService.queryOffset, verified: the offsets of records of ``topic`` whose UNIQ_KEY or one
         of whose KEYS is ``key``, stored in [begin_ms, end_ms], newest first, each once, at most
         ``max_num``. Blocking (pread of each hit's record)."""
-        found: list[int] = []
+        return [phy for phy, _ in self.query_records(topic, key, begin_ms, end_ms, max_num)]
+
+    def query_records(self, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[tuple[int, bytes]]:
+        """``query``'s hits with the records they were verified against, ``(offset, record bytes)``: a
+        caller that wants the messages reads nothing again."""
+        found: list[tuple[int, bytes]] = []
         if max_num <= 0:
             return found
         key_hash, seen = codec.index_hash(f"{topic}#{key}"), set()
@@ -416,8 +421,9 @@ class MessageIndex:
                     continue
                 if begin_ts <= end_ms and end_ts >= begin_ms:
                     for phy in f.candidates(key_hash, begin_ms, end_ms):
-                        if phy not in seen and self._matches(phy, topic, key, begin_ms, end_ms):
-                            found.append(phy)
+                        raw = None if phy in seen else self._matching(phy, topic, key, begin_ms, end_ms)
+                        if raw is not None:
+                            found.append((phy, raw))
                             if len(found) >= max_num:
                                 return found
                         seen.add(phy)
@@ -425,18 +431,19 @@ class MessageIndex:
                     break
         return found
 
-    def _matches(self, phy: int, topic: str, key: str, begin_ms: int, end_ms: int) -> bool:
-        """Whether a whole record of ``topic`` with ``key`` stored in the range starts at ``phy``."""
+    def _matching(self, phy: int, topic: str, key: str, begin_ms: int, end_ms: int) -> bytes | None:
+        """The whole record of ``topic`` with ``key`` stored in the range that starts at ``phy``, or None."""
         cl = self.commit_log
         if not cl.min_offset <= phy < cl.written_offset:
-            return False
+            return None
         try:
             size = record_length(cl.read(phy, 4))
             raw = cl.read(phy, size) if size >= FIXED_SIZE else b""
         except (CorruptRecord, OSError, ValueError):
-            return False
+            return None
         view = memoryview(raw)
         if codec.record_shape(view, 0) != (INDEX_DONE, size) or int.from_bytes(raw[28:36], "big", signed=True) != phy:
-            return False
+            return None
         found = codec.record_keys(view, 0, size)
-        return found is not None and found[0] == topic and begin_ms <= found[1] <= end_ms and key in found[2]
+        matches = found is not None and found[0] == topic and begin_ms <= found[1] <= end_ms and key in found[2]
+        return bytes(raw) if matches else None

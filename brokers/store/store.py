@@ -848,6 +848,22 @@ class MessageStore:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reads, self.index.query, topic, key, begin_ms, end_ms, max_num)
 
+    async def query_index_messages(self, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[Message]:
+        """``query_index``'s hits as messages, read and decoded on the read thread in one go."""
+        if self.index is None:
+            raise IndexDisabled()
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reads, self._index_messages, topic, key, begin_ms, end_ms, max_num)
+
+    def _index_messages(self, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[Message]:
+        assert self.index is not None
+        out = []
+        for _, raw in self.index.query_records(topic, key, begin_ms, end_ms, max_num):
+            found = decode(raw)
+            if isinstance(found, Message):
+                out.append(found)
+        return out
+
     def query_index_sync(self, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int) -> list[int]:
         """``query_index`` in the calling thread (tools and benchmarks)."""
         if self.index is None:

@@ -21,6 +21,7 @@ from mqrules import validation as v
 from mqrules.codes import ResponseCode
 from nameserver import broker_status
 from nameserver import liveness as ns_liveness
+from nameserver import route_cache
 from nameserver import selectors as ns_selectors
 from nameserver.core.values import Group
 
@@ -86,12 +87,17 @@ def replicas(group: Group, prefer_addr: str | None = None) -> list[Replica]:
 
 
 def cluster_sets(cluster: str, names: list[str] | None = None) -> dict[str, Group]:
-    return ns_selectors.groups_by_name(names, cluster_name=cluster)
+    """The cluster's broker sets (or the named ones), from this process's copy of the registry while
+    the registry is unchanged (nameserver/route_cache.py: one Redis read), as routes are answered."""
+    wanted = tuple(sorted(names)) if names is not None else None
+    return route_cache.cached(
+        ("message-sets", cluster, wanted), lambda: ns_selectors.groups_by_name(names, cluster_name=cluster)
+    )
 
 
 def topic_sets(cluster: str, topic: str) -> dict[str, Group]:
     """The broker sets of ``cluster`` holding queues of ``topic``; 404 (17) when none does."""
-    names = ns_selectors.topic_broker_sets(topic)
+    names = route_cache.cached(("message-topic-sets", topic), lambda: ns_selectors.topic_broker_sets(topic))
     sets = cluster_sets(cluster, names) if names else {}
     if not sets:
         raise MessageError(404, f"topic {topic} has no queues in cluster {cluster}", code=NOT_FOUND)
