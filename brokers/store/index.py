@@ -78,6 +78,11 @@ class IndexFile:
     def __init__(self, path: Path, fd: int, layout: IndexLayout):
         self.path, self.fd, self.layout = path, fd, layout
         self.map = mmap.mmap(fd, layout.file_size)
+        # Lookups touch a slot and a few entries anywhere in the file: a page that is not in memory is
+        # read alone (no read-around of neighbours nobody asked for), and the slot table, which every
+        # lookup starts from, is asked for ahead (a cold lookup costs its entries' pages, not the slot's).
+        self.map.madvise(mmap.MADV_RANDOM)
+        self.map.madvise(mmap.MADV_WILLNEED, 0, layout.entries_at)
         self.allocated = self.count  # entries [0, allocated) have their blocks on disk
         self.dirty = False
 
