@@ -23,6 +23,7 @@ from mqrules.codes import ResponseCode
 from . import throttling
 from .errors import ApiError
 from .models import ApiToken, TokenScope, hash_token
+from .validation_drf import checked_param
 
 TOKEN_CACHE_SECONDS = 5.0
 OPERATORS_GROUP = "operators"
@@ -231,6 +232,14 @@ def caller_of(request) -> Caller:
     if isinstance(request.auth, TokenPrincipal):
         return request.auth.caller
     return Caller(f"user:{request.user.get_username()}" if getattr(request, "user", None) else "anonymous")
+
+
+def path_cluster(request, cluster: str) -> str:
+    """A cluster named in a request's path: a name (else 400), and one the caller's token may reach
+    (else 403 + 16, ``Caller.check``)."""
+    checked_param("cluster", cluster)
+    caller_of(request).check(clusters=[cluster])
+    return cluster
 
 
 def _session_user(request):

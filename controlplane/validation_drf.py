@@ -177,6 +177,13 @@ def name_parameter(
     return OpenApiParameter(name, schema, location, required=required, description=description)
 
 
+def validated(serializer_class: type[serializers.Serializer], data: object) -> dict:
+    """``data`` checked by the serializer: its validated data, else 400 with its field errors."""
+    s = serializer_class(data=data)
+    s.is_valid(raise_exception=True)
+    return s.validated_data
+
+
 def checked_param(field: str, value: object, check: v.Check = v.name) -> str:
     """A path or query parameter that must pass ``check`` (by default the name rule); else 400 with
     ``fields: {field: [message]}``."""

@@ -10,10 +10,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.auth import IsAdmin, caller_of, who
+from controlplane.auth import IsAdmin, path_cluster, who
 from controlplane.errors import ApiError
 from controlplane.openapi import AUTH, BODY, errors
-from controlplane.validation_drf import checked_param, name_parameter
+from controlplane.validation_drf import checked_param, name_parameter, validated
 from mqrules import acl as rules
 from mqrules.codes import ResponseCode
 
@@ -46,18 +46,6 @@ PREVIEW = (
 )
 
 
-def _cluster(request, cluster: str) -> str:
-    checked_param("cluster", cluster)
-    caller_of(request).check(clusters=[cluster])
-    return cluster
-
-
-def _valid(serializer_class, data) -> dict:
-    s = serializer_class(data=data)
-    s.is_valid(raise_exception=True)
-    return s.validated_data
-
-
 def _refused(exc: acl.AclRefused) -> ApiError:
     extra = {"fields": exc.fields} if exc.fields else {}
     return ApiError(exc.code, exc.detail, exc.http_status, **extra)
@@ -85,8 +73,8 @@ class UserListView(_AclView):
         description="mqadmin listUser: the cluster's users (never their secret keys).",
     )
     def get(self, request, cluster: str):
-        _cluster(request, cluster)
-        q = _valid(UserListQuerySerializer, request.query_params.dict())
+        path_cluster(request, cluster)
+        q = validated(UserListQuerySerializer, request.query_params.dict())
         rows = acl_selectors.users(cluster, q["filter"])
         return Response({"version": acl_selectors.version(cluster), "users": [acl_selectors.user_dict(r) for r in rows]})
 
@@ -102,8 +90,8 @@ class UserListView(_AclView):
         "generated); the answer shows it once, it is stored encrypted and never shown again." + PREVIEW,
     )
     def post(self, request, cluster: str):
-        _cluster(request, cluster)
-        d = _valid(UserCreateSerializer, request.data)
+        path_cluster(request, cluster)
+        d = validated(UserCreateSerializer, request.data)
         return _run(
             "user",
             acl.create_user,
@@ -124,7 +112,7 @@ class UserDetailView(_AclView):
         responses={200: UserAnswer, **errors(400, *AUTH, why={404: NO_USER})},
     )
     def get(self, request, cluster: str, username: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("username", username)
         row = acl_selectors.user_row(cluster, username)
         if row is None:
@@ -141,9 +129,9 @@ class UserDetailView(_AclView):
         description="mqadmin updateUser: a new secret key (password), type or status; what is not given stays." + PREVIEW,
     )
     def patch(self, request, cluster: str, username: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("username", username)
-        d = _valid(UserUpdateSerializer, request.data)
+        d = validated(UserUpdateSerializer, request.data)
         return _run(
             "user",
             acl.update_user,
@@ -166,9 +154,9 @@ class UserDeleteView(_AclView):
         description="mqadmin deleteUser: the user and its policy." + PREVIEW,
     )
     def post(self, request, cluster: str, username: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("username", username)
-        d = _valid(DryRunSerializer, request.data)
+        d = validated(DryRunSerializer, request.data)
         return _run(None, acl.delete_user, cluster, username, actor=who(request), dry_run=d["dryRun"])
 
 
@@ -181,8 +169,8 @@ class PolicyListView(_AclView):
         "resource contains `resource`.",
     )
     def get(self, request, cluster: str):
-        _cluster(request, cluster)
-        q = _valid(AclListQuerySerializer, request.query_params.dict())
+        path_cluster(request, cluster)
+        q = validated(AclListQuerySerializer, request.query_params.dict())
         found = acl_selectors.policies(cluster, q["subject"], q["resource"])
         return Response({"version": acl_selectors.version(cluster), "policies": found})
 
@@ -196,8 +184,8 @@ class PolicyListView(_AclView):
         "problem per field (`entries[0].actions`), nothing taken." + PREVIEW,
     )
     def post(self, request, cluster: str):
-        _cluster(request, cluster)
-        d = _valid(AclCreateSerializer, request.data)
+        path_cluster(request, cluster)
+        d = validated(AclCreateSerializer, request.data)
         return _run("policy", acl.create_acl, cluster, d["subject"], d["entries"], actor=who(request), dry_run=d["dryRun"])
 
 
@@ -208,7 +196,7 @@ class PolicyDetailView(_AclView):
         responses={200: PolicyAnswer, **errors(400, *AUTH, why={404: "No policy: 3002 POLICY_NOT_EXIST."})},
     )
     def get(self, request, cluster: str, username: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("username", username)
         found = [p for p in acl_selectors.policies(cluster, username) if p["username"] == username]
         if not found:
@@ -226,9 +214,9 @@ class PolicyDetailView(_AclView):
         description="mqadmin updateAcl: entries of an existing policy replaced (same resource) or added." + PREVIEW,
     )
     def patch(self, request, cluster: str, username: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("username", username)
-        d = _valid(AclUpdateSerializer, request.data)
+        d = validated(AclUpdateSerializer, request.data)
         return _run("policy", acl.update_acl, cluster, username, d["entries"], actor=who(request), dry_run=d["dryRun"])
 
 
@@ -244,8 +232,8 @@ class PolicyDeleteView(_AclView):
         description="mqadmin deleteAcl: the whole policy, or (resources) those resources' entries." + PREVIEW,
     )
     def post(self, request, cluster: str, username: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("username", username)
-        d = _valid(AclDeleteSerializer, request.data)
+        d = validated(AclDeleteSerializer, request.data)
         resources = [rules.Resource.parse(r) for r in d.get("resources", [])]
         return _run("policy", acl.delete_acl, cluster, username, resources, actor=who(request), dry_run=d["dryRun"])

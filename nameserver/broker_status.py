@@ -164,14 +164,6 @@ def forget_metrics_targets(brokers: Collection[tuple[str, str]]) -> None:
         sync_client().hdel(_targets_key(), *[liveness.member(c, a) for c, a in brokers])
 
 
-def _alive(members: list[str]) -> set[str]:
-    if not members:
-        return set()
-    expired = set(liveness.expired_members())
-    beats = liveness.last_heartbeats(members)
-    return {m for m in members if beats.get(m) is not None and m not in expired}
-
-
 def _in(h: dict, cluster_name: str | None) -> bool:
     return cluster_name is None or h["clusterName"] == cluster_name
 
@@ -188,7 +180,7 @@ def reports(broker_name: str | None = None, broker_id: int | None = None, cluste
         and (broker_id is None or h["brokerId"] == broker_id)
         and _in(h, cluster_name)
     ]
-    alive = _alive([m for m, _, _ in chosen])
+    alive = liveness.alive([m for m, _, _ in chosen])
     out = [
         {
             **h,
@@ -296,7 +288,7 @@ def connected_clients(cluster_name: str | None = None, group: str | None = None,
     silent broker's clients are not shown."""
     now, heads = _read(":head")
     chosen = [(m, h) for m, h, at in heads if _in(h, cluster_name) and not core.is_stale(h, at, now)]
-    alive = _alive([m for m, _ in chosen])
+    alive = liveness.alive([m for m, _ in chosen])
     chosen = [(m, h) for m, h in chosen if m in alive]
     if not chosen:
         return clients_core.connections([], group, topic)

@@ -151,6 +151,15 @@ def expired_members(now_ms: int | None = None) -> list[str]:
     return _silent_past(candidates, hearing) if candidates else []
 
 
+def alive(members: list[str]) -> set[str]:
+    """Those of ``members`` that heartbeat and are not silent past their timeout."""
+    if not members:
+        return set()
+    expired = set(expired_members())
+    beats = last_heartbeats(members)
+    return {m for m in members if beats.get(m) is not None and m not in expired}
+
+
 def is_expired(value: str, now_ms: int | None = None) -> bool:
     return bool(_silent_past([value], HEARING.view(now_ms)))
 

@@ -30,7 +30,7 @@ def _token(headers: dict) -> str:
     return headers["Authorization"].removeprefix("Bearer ")
 
 
-def test_message_verbs_from_the_command_line(plane):
+def test_message_verbs_from_the_command_line(plane, tmp_path):
     api, socks, admin, reader = plane
     answering = [Answering(s, answers_of(n)) for n, s in socks.items()]
     try:
@@ -41,6 +41,19 @@ def test_message_verbs_from_the_command_line(plane):
         one = rmqha(api, _token(reader), "queryMsgById", "-c", CLUSTER, "-i", view("msg-b", 100, 0)["msgId"])
         assert one.exit_code == 0, one.output
         assert "brokerName       msg-b" in one.output and "body (text, 13 bytes):\norder 42 paid" in one.output
+        body_file = tmp_path / "body.bin"
+        saved = rmqha(
+            api,
+            _token(reader),
+            "queryMsgById",
+            "-c",
+            CLUSTER,
+            "-i",
+            view("msg-b", 100, 0)["msgId"],
+            "--body-file",
+            str(body_file),
+        )
+        assert saved.exit_code == 0 and body_file.read_bytes() == b"order 42 paid", saved.output
         as_json = rmqha(api, _token(reader), "--json", "queryMsgByOffset", "-c", CLUSTER, "-b", "msg-a", "-o", "100")
         assert json.loads(as_json.output)["body"]["text"] == "order 42 paid"
 

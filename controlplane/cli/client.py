@@ -52,7 +52,7 @@ class Api:
             return http.client.HTTPSConnection(parts.hostname, port, timeout=30, context=ssl.create_default_context())
         return http.client.HTTPConnection(parts.hostname, port, timeout=30)
 
-    def call(self, method: str, path: str, body: dict | None = None, params: dict | None = None) -> Answer:
+    def _send(self, method: str, path: str, body: dict | None, params: dict | None) -> tuple[int, bytes]:
         import http.client
         from urllib.parse import urlencode, urlsplit
 
@@ -67,11 +67,24 @@ class Api:
         try:
             conn.request(method, target, body=data, headers=headers)
             r = conn.getresponse()
-            status, raw = r.status, r.read()
+            return r.status, r.read()
         except (OSError, http.client.HTTPException) as exc:
             raise click.ClickException(f"cannot reach the control plane at {self.url}: {exc}") from None
         finally:
             conn.close()
+
+    def fetch(self, path: str, params: dict | None = None) -> bytes:
+        """A GET whose answer is not JSON (a message body, an export), as bytes; a refusal as ``call``'s."""
+        status, raw = self._send("GET", path, None, params)
+        if status != 200:
+            self._answer(status, raw, path)  # raises: a refusal is JSON
+        return raw
+
+    def call(self, method: str, path: str, body: dict | None = None, params: dict | None = None) -> Answer:
+        status, raw = self._send(method, path, body, params)
+        return self._answer(status, raw, path)
+
+    def _answer(self, status: int, raw: bytes, path: str) -> Answer:
         try:
             answer = json.loads(raw)
         except ValueError:

@@ -99,20 +99,7 @@ def _message(api: Api, cluster: str, msg_id: str, body_file: Path | None, topic:
 
 
 def _download(api: Api, cluster: str, msg_id: str, target: Path) -> None:
-    import http.client
-
-    conn = api._connection()
-    try:
-        headers = {"Authorization": f"Bearer {api._token or ''}"}
-        conn.request("GET", _at(cluster, f"messages/{seg(msg_id)}/body"), headers=headers)
-        r = conn.getresponse()
-        data = r.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise click.ClickException(f"cannot reach the control plane at {api.url}: {exc}") from None
-    finally:
-        conn.close()
-    if r.status != 200:
-        raise click.ClickException(f"the body was not downloaded (HTTP {r.status}): {data[:200].decode(errors='replace')}")
+    data = api.fetch(_at(cluster, f"messages/{seg(msg_id)}/body"))
     target.write_bytes(data)
     click.echo(f"body ({len(data)} bytes) written to {target}", err=api.as_json)
 
@@ -274,23 +261,7 @@ def dlq_list(api: Api, cluster: str, group: str, offset: int, limit: int) -> Non
 @click.option("-f", "--file", "target", type=click.Path(dir_okay=False, path_type=Path), help="write here (default: stdout)")
 def dlq_export(api: Api, cluster: str, group: str, target: Path | None) -> None:
     """Every dead letter of a group as JSON lines (one message view a line)."""
-    import http.client
-
-    if api._token is None:
-        from controlplane.cli.client import _token
-
-        api._token = _token(api.token_file)
-    conn = api._connection()
-    try:
-        conn.request("GET", _at(cluster, f"dlq/{seg(group)}/export"), headers={"Authorization": f"Bearer {api._token}"})
-        r = conn.getresponse()
-        data = r.read()
-    except (OSError, http.client.HTTPException) as exc:
-        raise click.ClickException(f"cannot reach the control plane at {api.url}: {exc}") from None
-    finally:
-        conn.close()
-    if r.status != 200:
-        raise click.ClickException(f"refused (HTTP {r.status}): {data[:300].decode(errors='replace')}")
+    data = api.fetch(_at(cluster, f"dlq/{seg(group)}/export"))
     if target is None:
         sys.stdout.write(data.decode())
     else:

@@ -19,9 +19,8 @@ from django.conf import settings
 from controlplane import broker_rpc
 from mqrules import validation as v
 from mqrules.codes import ResponseCode
-from nameserver import broker_status
+from nameserver import broker_status, route_cache
 from nameserver import liveness as ns_liveness
-from nameserver import route_cache
 from nameserver import selectors as ns_selectors
 from nameserver.core.values import Group
 
@@ -64,19 +63,11 @@ class Replica:
         return f"{self.broker_name}[{self.broker_id}] {self.broker_addr}"
 
 
-def _alive(members: list[str]) -> set[str]:
-    if not members:
-        return set()
-    expired = set(ns_liveness.expired_members())
-    beats = ns_liveness.last_heartbeats(members)
-    return {m for m in members if beats.get(m) is not None and m not in expired}
-
-
 def replicas(group: Group, prefer_addr: str | None = None) -> list[Replica]:
     """The set's alive replicas with a websocket to the control plane, in the order they are asked: the
     one at ``prefer_addr`` (the broker that stored a message), then the master, then the others by id."""
     members = {ns_liveness.member(group.cluster_name, m.broker_addr): m for m in group.members}
-    alive = _alive(list(members))
+    alive = ns_liveness.alive(list(members))
     channels = ns_liveness.connections(sorted(alive))
     out = [
         Replica(group.cluster_name, group.broker_name, m.broker_id, m.broker_addr, channels.get(key))
@@ -90,9 +81,7 @@ def cluster_sets(cluster: str, names: list[str] | None = None) -> dict[str, Grou
     """The cluster's broker sets (or the named ones), from this process's copy of the registry while
     the registry is unchanged (nameserver/route_cache.py: one Redis read), as routes are answered."""
     wanted = tuple(sorted(names)) if names is not None else None
-    return route_cache.cached(
-        ("message-sets", cluster, wanted), lambda: ns_selectors.groups_by_name(names, cluster_name=cluster)
-    )
+    return route_cache.cached(("message-sets", cluster, wanted), lambda: ns_selectors.groups_by_name(names, cluster_name=cluster))
 
 
 def topic_sets(cluster: str, topic: str) -> dict[str, Group]:

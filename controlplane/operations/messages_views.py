@@ -11,9 +11,9 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.auth import IsAdmin, caller_of, who
+from controlplane.auth import IsAdmin, path_cluster, who
 from controlplane.openapi import AUTH, BODY, errors
-from controlplane.validation_drf import checked_param, name_parameter
+from controlplane.validation_drf import checked_param, name_parameter, validated
 from mqrules import validation as v
 from nameserver import broker_status
 
@@ -55,18 +55,6 @@ _WHY = {
 READ_ERRORS = errors(400, *AUTH, why=_WHY)
 
 
-def _cluster(request, cluster: str) -> str:
-    checked_param("cluster", cluster)
-    caller_of(request).check(clusters=[cluster])
-    return cluster
-
-
-def _valid(serializer_class, data) -> dict:
-    s = serializer_class(data=data)
-    s.is_valid(raise_exception=True)
-    return s.validated_data
-
-
 def _msg_id(request, msg_id: str) -> tuple[str, str | None]:
     """The path's id and the ``topic`` parameter; without a topic the id must be an offset id."""
     topic = request.query_params.get("topic")
@@ -100,8 +88,8 @@ class MessagesView(APIView):
         "any time); max at most 1000 (default 64).",
     )
     def get(self, request, cluster: str):
-        _cluster(request, cluster)
-        q = _valid(MessagesQuerySerializer, request.query_params.dict())
+        path_cluster(request, cluster)
+        q = validated(MessagesQuerySerializer, request.query_params.dict())
         plan = _run(messages.plan, q["topic"], q.get("key"), q.get("uniqueKey"), q.get("begin"), q.get("end"), q.get("max"))
         return Response(_run(messages.query, cluster, plan))
 
@@ -115,8 +103,8 @@ class ByOffsetView(APIView):
         "set's commit log, its body previewed.",
     )
     def get(self, request, cluster: str):
-        _cluster(request, cluster)
-        q = _valid(ByOffsetQuerySerializer, request.query_params.dict())
+        path_cluster(request, cluster)
+        q = validated(ByOffsetQuerySerializer, request.query_params.dict())
         found = _run(messages.find_by_offset, cluster, q["brokerName"], q["commitLogOffset"])
         return Response(messages.detailed(found))
 
@@ -131,7 +119,7 @@ class MessageView(APIView):
         "previewed: pretty JSON when it parses, text when it is UTF-8, else hex, at most 4 KiB.",
     )
     def get(self, request, cluster: str, msg_id: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         msg_id, topic = _msg_id(request, msg_id)
         found = _run(messages.find, cluster, msg_id, rules.PREVIEW_BYTES, topic)
         return Response(messages.detailed(found))
@@ -145,7 +133,7 @@ class BodyView(APIView):
         description="The message's whole body, as stored.",
     )
     def get(self, request, cluster: str, msg_id: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         msg_id, topic = _msg_id(request, msg_id)
         found = _run(messages.find, cluster, msg_id, rules.BODY_MAX_BYTES, topic)
         response = HttpResponse(messages.body(found), content_type="application/octet-stream")
@@ -164,8 +152,8 @@ class TraceView(APIView):
         "topic of it, or clients subscribing now (or only the named ones).",
     )
     def get(self, request, cluster: str, msg_id: str):
-        _cluster(request, cluster)
-        q = _valid(TraceQuerySerializer, {"group": request.query_params.getlist("group")})
+        path_cluster(request, cluster)
+        q = validated(TraceQuerySerializer, {"group": request.query_params.getlist("group")})
         msg_id, topic = _msg_id(request, msg_id)
         return Response(_run(messages.trace, cluster, msg_id, q.get("group") or None, topic))
 
@@ -179,9 +167,9 @@ class DeadLettersView(APIView):
         "its original topic and id, why it is dead and after how many attempts.",
     )
     def get(self, request, cluster: str, group: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("group", group)
-        q = _valid(DlqQuerySerializer, request.query_params.dict())
+        q = validated(DlqQuerySerializer, request.query_params.dict())
         return Response(_run(dlq.dead_letters, cluster, group, q["offset"], q["limit"]))
 
 
@@ -193,7 +181,7 @@ class ExportView(APIView):
         description="Every dead letter of the group (at most 100000) as JSON lines, one message view a line.",
     )
     def get(self, request, cluster: str, group: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("group", group)
         lines = _run(dlq.export_lines, cluster, group)
         response = HttpResponse("".join(lines).encode(), content_type="application/x-ndjson")
@@ -226,9 +214,9 @@ class ResendView(APIView):
         "message already resent under it is not resent again (already: true). Audited.",
     )
     def post(self, request, cluster: str, group: str):
-        _cluster(request, cluster)
+        path_cluster(request, cluster)
         checked_param("group", group)
-        d = _valid(ResendSerializer, request.data)
+        d = validated(ResendSerializer, request.data)
         return Response(
             _run(
                 dlq.resend,
@@ -253,6 +241,6 @@ class ClientsView(APIView):
         "reports; of one group, of the clients of one topic.",
     )
     def get(self, request, cluster: str):
-        _cluster(request, cluster)
-        q = _valid(ClientsQuerySerializer, request.query_params.dict())
+        path_cluster(request, cluster)
+        q = validated(ClientsQuerySerializer, request.query_params.dict())
         return Response(broker_status.connected_clients(cluster, q.get("group"), q.get("topic")))
