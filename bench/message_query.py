@@ -190,9 +190,10 @@ def overhead(out: Path, url: str, token: str, runs: int, count: int) -> tuple[li
         grpc_send_rate(on_ports.grpc, **load)  # warm both up
         grpc_send_rate(off_ports.grpc, **load)
         on, off = [], []
-        for i in range(runs):
-            on.append(grpc_send_rate(on_ports.grpc, **load))
-            off.append(grpc_send_rate(off_ports.grpc, **load))
+        for i in range(runs):  # ABBA: the order flips every run, so a drift (the logs grow) favours neither
+            first, second = ((on_ports, on), (off_ports, off)) if i % 2 == 0 else ((off_ports, off), (on_ports, on))
+            for ports, rates in (first, second):
+                rates.append(grpc_send_rate(ports.grpc, **load))
             note(f"run {i + 1}: index {on[-1]:,.0f} msgs/s, no index {off[-1]:,.0f} msgs/s")
         return on, off
     finally:
@@ -205,7 +206,7 @@ def main() -> None:
     parser.add_argument("--body", type=int, default=100)
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--sends", type=int, default=200_000, help="messages per overhead run")
+    parser.add_argument("--sends", type=int, default=300_000, help="messages per overhead run")
     parser.add_argument("--dir", type=Path, default=ARTIFACTS / "bench-message-query")
     args = parser.parse_args()
 
