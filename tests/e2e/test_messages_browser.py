@@ -58,8 +58,8 @@ def test_search_by_key_open_the_message_see_its_trace_and_resend_it_from_the_dlq
             sent: list[str] = []
             wait_for(lambda: sent.append(send_one(config, "order-7")) or sent[-1], 30, "the topic taking sends")
             message_id = sent[-1]
-            consume(config, "shipping", "Orders", 1, ack_last=True)
-            consume(config, "audit", "Orders", MAX_TIMES + 1, ack_last=False)
+            consume(config, "shipping", "Orders", message_id, 1, ack_last=True)
+            consume(config, "audit", "Orders", message_id, MAX_TIMES + 1, ack_last=False)
             dlq = f"/clusters/{CLUSTER}/dlq/audit"
             wait_for(lambda: rest.get(dlq).json()["messages"], 90, "the audit group's dead letter")
 
